@@ -1,0 +1,340 @@
+"""One turn's loop: ask the model, run the tools it asked for, ask again.
+
+The position is read off the transcript: the last message says what comes
+next. Every step commits its memo and its transcript message in one
+transaction before the next step begins, so a replay of the same turn skips
+what committed and runs only what is still owed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from agent.definition import Agent
+from agent.errors import FatalToolError, ModelError, ToolError
+from agent.events import (
+    ActionCompleted,
+    ActionRequested,
+    MessageCompleted,
+    MessageDelta,
+    ReasoningDelta,
+    TurnCompleted,
+    TurnEvent,
+    TurnFailed,
+    TurnStarted,
+)
+from agent.messages import (
+    AssistantMessage,
+    JsonValue,
+    Message,
+    ToolCall,
+    ToolMessage,
+    TranscriptView,
+    TriggerMessage,
+    UserMessage,
+)
+from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
+from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredSession, StoredStep
+from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
+from agent.turns import Completed, Failed, TurnRecord, TurnResult
+
+__all__ = ["TurnRun", "opening_commit"]
+
+NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
+
+
+class _StepFailed(Exception):
+    def __init__(self, error: str, *, phase: str, step: str) -> None:
+        super().__init__(error)
+        self.error, self.phase, self.step = error, phase, step
+
+
+def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
+    """The transaction that opens a turn: its first message, and its record as running."""
+    given = record.input
+    message: Message
+    if given.trigger == "proactive":
+        message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
+    else:
+        message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
+    opened = dataclasses.replace(record, status="running", opening_index=index)
+    return opened, Commit(messages=(StoredMessage(index, message),), turn=opened, status="running")
+
+
+class TurnRun:
+    """Drives one turn from wherever its transcript says it stands to a result."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        store: SessionStore,
+        key: SessionKey,
+        state: StoredSession,
+        record: TurnRecord,
+        emit: Callable[[TurnEvent], None],
+    ) -> None:
+        self._agent = agent
+        self._store = store
+        self._key = key
+        self._state = state
+        self._transcript = state.transcript
+        self._record = record
+        self._emit_to = emit
+        self._seq = 0
+
+    @property
+    def turn_id(self) -> str:
+        """The turn this run drives."""
+        return self._record.turn_id
+
+    async def run(self) -> TurnResult:
+        """Run the turn to completion or failure, committing each step on the way."""
+        await self._open()
+        self._emit(TurnStarted, trigger=self._record.input.trigger)
+        try:
+            text = await self._loop()
+        except _StepFailed as failure:
+            return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+        return await self._complete(text)
+
+    async def _open(self) -> None:
+        if self._record.opening_index is not None:
+            return  # a replay: the opening message is already in the transcript
+        _, commit = opening_commit(self._record, len(self._transcript))
+        await self._commit(commit)
+
+    async def _loop(self) -> str:
+        while True:
+            last = self._transcript[-1]
+            if isinstance(last, AssistantMessage) and not last.tool_calls:
+                return last.text
+            owed, at = self._owed_calls()
+            if owed:
+                for call in owed:
+                    await self._tool_step(at, call)
+            else:
+                await self._model_step(len(self._transcript))
+
+    def _owed_calls(self) -> tuple[tuple[ToolCall, ...], int]:
+        """The calls of the newest assistant message that still have no result."""
+        t = self._transcript
+        i = len(t) - 1
+        answered: set[str] = set()
+        while i >= 0 and isinstance(t[i], ToolMessage):
+            answered.add(t[i].call_id)  # type: ignore[union-attr]
+            i -= 1
+        last = t[i] if i >= 0 else None
+        if not isinstance(last, AssistantMessage):
+            return (), -1
+        return tuple(c for c in last.tool_calls if c.id not in answered), i
+
+    # -- model steps ---------------------------------------------------------
+
+    async def _model_step(self, index: int) -> None:
+        step = f"model:{index}"
+        reply = await self._ask_model(step)
+        message = AssistantMessage(
+            turn_id=self.turn_id,
+            content=reply.content,
+            stop_reason=reply.stop_reason,
+            usage=reply.usage,
+        )
+        memo = {"stop_reason": reply.stop_reason, "usage": dataclasses.asdict(reply.usage)}
+        await self._commit(
+            Commit(
+                messages=(StoredMessage(index, message),),
+                steps=(StoredStep(step, self.turn_id, memo),),
+            )
+        )
+        if message.text:
+            self._emit(MessageCompleted, text=message.text, index=index)
+
+    async def _ask_model(self, step: str) -> ModelReply:
+        request = ModelRequest(
+            system=self._agent.instructions,
+            messages=TranscriptView(self._transcript),
+            tools=self._agent.tool_specs,
+            turn_id=self.turn_id,
+            step=step,
+        )
+        reply: ModelReply | None = None
+        try:
+            async for event in self._agent.model.stream(request):
+                if isinstance(event, TextDelta):
+                    self._emit(MessageDelta, text=event.text)
+                elif isinstance(event, ThinkingDelta):
+                    self._emit(ReasoningDelta, text=event.text)
+                else:
+                    reply = event
+        except ModelError as exc:
+            raise _StepFailed(str(exc), phase="model", step=step) from exc
+        except Exception as exc:
+            raise _StepFailed(describe_error(exc), phase="model", step=step) from exc
+        return _checked(reply, step)
+
+    # -- tool steps ----------------------------------------------------------
+
+    async def _tool_step(self, at: int, call: ToolCall) -> None:
+        step = f"tool:{at}:{call.id}"
+        self._emit(ActionRequested, call_id=call.id, name=call.name, input=call.input)
+        ctx = ToolContext(
+            agent=self._key.agent,
+            session_id=self._key.session_id,
+            turn_id=self.turn_id,
+            call_id=call.id,
+            idempotency_key=idempotency_key(self.turn_id, call.id),
+        )
+        tool = self._agent.tools_by_name.get(call.name)
+        try:
+            if tool is None:
+                raise ToolError(f"unknown tool: {call.name}")
+            arguments = tool.parse_input(call.input)
+        except ToolError as exc:
+            message = self._tool_message(call, error=exc)
+            await self._commit(self._tool_commit(step, message))
+        else:
+            try:
+                if tool.is_local:
+                    message = await self._local_call(step, call, tool, arguments, ctx)
+                else:
+                    message = await self._remote_call(step, call, tool, arguments, ctx)
+            except FatalToolError as exc:
+                raise _StepFailed(describe_error(exc), phase="tool", step=step) from exc
+        self._emit(
+            ActionCompleted,
+            call_id=call.id,
+            name=call.name,
+            result=message.result,
+            error=message.result.get("error") if message.is_error else None,
+        )
+
+    async def _local_call(
+        self, step: str, call: ToolCall, tool: Tool, arguments: dict[str, Any], ctx: ToolContext
+    ) -> ToolMessage:
+        def work(handle: Any) -> JsonValue:
+            return jsonable_result(tool, tool.call(arguments, dataclasses.replace(ctx, handle=handle)))
+
+        def record(outcome: JsonValue | Exception) -> Commit:
+            if isinstance(outcome, FatalToolError):
+                raise outcome
+            if isinstance(outcome, Exception):
+                return self._tool_commit(step, self._tool_message(call, error=outcome))
+            return self._tool_commit(step, self._tool_message(call, result=outcome))
+
+        commit = await self._store.commit_with(self._key, work, record)
+        self._apply(commit)
+        message = commit.messages[0].message
+        assert isinstance(message, ToolMessage)
+        return message
+
+    async def _remote_call(
+        self, step: str, call: ToolCall, tool: Tool, arguments: dict[str, Any], ctx: ToolContext
+    ) -> ToolMessage:
+        try:
+            message = self._tool_message(
+                call, result=jsonable_result(tool, await tool.call(arguments, ctx))
+            )
+        except FatalToolError:
+            raise
+        except Exception as exc:
+            message = self._tool_message(call, error=exc)
+        await self._commit(self._tool_commit(step, message))
+        return message
+
+    def _tool_message(
+        self, call: ToolCall, *, result: JsonValue = None, error: Exception | None = None
+    ) -> ToolMessage:
+        if error is not None:
+            return ToolMessage(
+                turn_id=self.turn_id,
+                call_id=call.id,
+                name=call.name,
+                result={"error": describe_error(error)},
+                is_error=True,
+            )
+        return ToolMessage(turn_id=self.turn_id, call_id=call.id, name=call.name, result=result)
+
+    def _tool_commit(self, step: str, message: ToolMessage, *, offset: int = 0) -> Commit:
+        memo = {"result": message.result, "is_error": message.is_error}
+        return Commit(
+            messages=(StoredMessage(len(self._transcript) + offset, message),),
+            steps=(StoredStep(step, self.turn_id, memo),),
+        )
+
+    # -- ending --------------------------------------------------------------
+
+    async def _complete(self, text: str) -> TurnResult:
+        result = Completed(turn_id=self.turn_id, text=text)
+        record = dataclasses.replace(self._record, status="completed", result=result)
+        await self._commit(Commit(turn=record, status="idle"))
+        self._emit(TurnCompleted, text=text)
+        return result
+
+    async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
+        result = Failed(turn_id=self.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
+        record = dataclasses.replace(self._record, status="failed", result=result)
+        # close the calls that will never run, so the next turn's transcript stays valid
+        owed, at = self._owed_calls()
+        messages, steps = [], []
+        for offset, call in enumerate(owed):
+            message = ToolMessage(
+                turn_id=self.turn_id,
+                call_id=call.id,
+                name=call.name,
+                result=NOT_RUN_AFTER_FAILURE,
+                is_error=True,
+            )
+            closing = self._tool_commit(f"tool:{at}:{call.id}", message, offset=offset)
+            messages += closing.messages
+            steps += closing.steps
+        await self._commit(
+            Commit(messages=tuple(messages), steps=tuple(steps), turn=record, status="idle")
+        )
+        self._emit(TurnFailed, error=error, phase=phase, step=step)
+        return result
+
+    # -- plumbing ------------------------------------------------------------
+
+    async def _commit(self, commit: Commit) -> None:
+        await self._store.commit(self._key, commit)
+        self._apply(commit)
+
+    def _apply(self, commit: Commit) -> None:
+        """Mirror a committed transaction into the session's in-memory state."""
+        for stored in commit.messages:
+            self._transcript.append(stored.message)
+        if commit.turn is not None:
+            self._record = commit.turn
+            self._state.turns[commit.turn.turn_id] = commit.turn
+        if commit.status is not None:
+            self._state.status = commit.status
+
+    def _emit(self, event_type: type[Any], **fields: Any) -> None:
+        self._seq += 1
+        event = event_type(
+            agent=self._key.agent,
+            session=self._key.session_id,
+            turn_id=self.turn_id,
+            seq=self._seq,
+            **fields,
+        )
+        self._emit_to(event)
+
+
+def _checked(reply: ModelReply | None, step: str) -> ModelReply:
+    """Refuse a reply that must not commit (rule 6), before anything is written."""
+    if reply is None:
+        raise _StepFailed("the model stream ended without a reply", phase="model", step=step)
+    if reply.is_abnormal and not reply.content:
+        raise _StepFailed(
+            f"the model stopped ({reply.stop_reason}) without any content",
+            phase="model",
+            step=step,
+        )
+    ids = [c.id for c in reply.tool_calls]
+    if len(ids) != len(set(ids)):
+        raise _StepFailed("the model repeated a tool call id", phase="model", step=step)
+    return reply

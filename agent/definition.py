@@ -1,0 +1,41 @@
+"""What an agent is: a name, a model, instructions and tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agent.errors import ConfigError
+from agent.model import ToolSpec
+from agent.ports import Model
+from agent.tools import Tool
+
+__all__ = ["Agent"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent:
+    """An agent definition; the runtime runs its turns.
+
+    Raises:
+        ConfigError: No name, or two tools share a name.
+    """
+
+    name: str
+    model: Model
+    instructions: str = ""
+    tools: Sequence[Tool] = ()
+    tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
+    tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("an agent needs a name")
+        by_name: dict[str, Tool] = {}
+        for t in self.tools:
+            if t.name in by_name:
+                raise ConfigError(f"agent {self.name}: two tools are named {t.name!r}")
+            by_name[t.name] = t
+        object.__setattr__(self, "tools_by_name", by_name)
+        # built once: schemas are derived by pydantic and would cost every step
+        object.__setattr__(self, "tool_specs", tuple(t.spec for t in self.tools))

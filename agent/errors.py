@@ -1,0 +1,118 @@
+"""Errors raised by the turn engine.
+
+The tree::
+
+    AgentError
+    ├── ConfigError            the engine was assembled or called wrongly (our misuse)
+    ├── StoreError             the session store could not read or write
+    ├── UnknownTurnError       no turn with that id in the session (also a LookupError)
+    └── TurnError              something about one turn; carries ``turn_id``
+        ├── ModelError         the model step failed (retry meaning travels on it)
+        ├── ToolError          a tool call could not be made as declared
+        │   └── FatalToolError raised by a tool to fail the turn instead of reporting
+        ├── TurnFailedError    ``AgentSession.turn()`` on a turn that failed
+        ├── TurnCancelledError ``AgentSession.turn()`` on a turn that was cancelled
+        └── TurnSuspendedError ``AgentSession.turn()`` on a turn that parked for input
+
+Messages carry ids (agent, session, turn, tool), never tokens or request bodies.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "FatalToolError",
+    "ModelError",
+    "StoreError",
+    "ToolError",
+    "TurnCancelledError",
+    "TurnError",
+    "TurnFailedError",
+    "TurnSuspendedError",
+    "UnknownTurnError",
+]
+
+
+class AgentError(Exception):
+    """Root of every error the engine raises."""
+
+
+class ConfigError(AgentError):
+    """The engine was assembled or called in a way that can never work."""
+
+
+class StoreError(AgentError):
+    """The session store failed to read or write."""
+
+
+class UnknownTurnError(AgentError, LookupError):
+    """The session holds no turn with this id."""
+
+
+class TurnError(AgentError):
+    """A failure that belongs to one turn."""
+
+    def __init__(self, message: str, *, turn_id: str | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+
+
+class ModelError(TurnError):
+    """The model step failed before anything was committed.
+
+    Attributes:
+        retryable: Whether trying the same step again may succeed.
+        retry_after: Seconds the provider asked us to wait, when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        turn_id: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, turn_id=turn_id)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ToolError(TurnError):
+    """A tool call could not be made as the tool was declared.
+
+    Raised inside a call (the model reads it as an error result), except for
+    its subclass `FatalToolError`.
+    """
+
+
+class FatalToolError(ToolError):
+    """Raised by a tool for a mistake the model cannot fix: it fails the turn.
+
+    Use it for a misconfigured deployment or a broken invariant. Any other
+    exception a tool raises becomes the call's error result instead.
+    """
+
+
+class TurnFailedError(TurnError):
+    """`AgentSession.turn()` was awaiting a turn that failed."""
+
+    def __init__(
+        self, message: str, *, turn_id: str, phase: str | None = None, step: str | None = None
+    ) -> None:
+        super().__init__(message, turn_id=turn_id)
+        self.phase = phase
+        self.step = step
+
+
+class TurnCancelledError(TurnError):
+    """`AgentSession.turn()` was awaiting a turn that was cancelled."""
+
+    def __init__(self, reason: str, *, turn_id: str) -> None:
+        super().__init__(f"turn {turn_id} was cancelled ({reason})", turn_id=turn_id)
+        self.reason = reason
+
+
+class TurnSuspendedError(TurnError):
+    """`AgentSession.turn()` refuses a turn that parked: it is non-interactive."""

@@ -1,0 +1,138 @@
+"""Typed events every turn emits, as a pydantic union discriminated on ``type``.
+
+Live deltas (``message.delta``, ``reasoning.delta``) are never stored and never
+replayed. A stream of one turn ends on its terminal event: ``turn.completed``,
+``turn.failed``, ``turn.cancelled`` or ``input.requested``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "TERMINAL_EVENT_TYPES",
+    "ActionCompleted",
+    "ActionRequested",
+    "InputRequested",
+    "MessageCompleted",
+    "MessageDelta",
+    "ReasoningDelta",
+    "TurnCancelled",
+    "TurnCompleted",
+    "TurnEvent",
+    "TurnFailed",
+    "TurnStarted",
+]
+
+TriggerKind = Literal["inbound", "proactive", "resume"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    session: str
+    turn_id: str
+    seq: int
+    """Position of the event within its turn's run, from 1."""
+
+
+class TurnStarted(_Event):
+    """The turn opened."""
+
+    type: Literal["turn.started"] = "turn.started"
+    trigger: TriggerKind
+
+
+class ReasoningDelta(_Event):
+    """A live piece of the model's thinking."""
+
+    type: Literal["reasoning.delta"] = "reasoning.delta"
+    text: str
+
+
+class MessageDelta(_Event):
+    """A live piece of the reply's text."""
+
+    type: Literal["message.delta"] = "message.delta"
+    text: str
+
+
+class MessageCompleted(_Event):
+    """An assistant message with text was committed at transcript ``index``."""
+
+    type: Literal["message.completed"] = "message.completed"
+    text: str
+    index: int
+
+
+class ActionRequested(_Event):
+    """The model asked for a tool call, which is about to run."""
+
+    type: Literal["action.requested"] = "action.requested"
+    call_id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ActionCompleted(_Event):
+    """A tool call's result was committed; ``error`` is set when the tool raised."""
+
+    type: Literal["action.completed"] = "action.completed"
+    call_id: str
+    name: str
+    result: Any
+    error: str | None = None
+
+
+class InputRequested(_Event):
+    """The turn parked, waiting for a person."""
+
+    type: Literal["input.requested"] = "input.requested"
+    request: dict[str, Any]
+
+
+class TurnCompleted(_Event):
+    """The turn finished with its final text."""
+
+    type: Literal["turn.completed"] = "turn.completed"
+    text: str
+
+
+class TurnFailed(_Event):
+    """The turn failed; ``phase`` and ``step`` say where when a step was in flight."""
+
+    type: Literal["turn.failed"] = "turn.failed"
+    error: str
+    phase: Literal["model", "tool"] | None = None
+    step: str | None = None
+
+
+class TurnCancelled(_Event):
+    """The turn was cancelled."""
+
+    type: Literal["turn.cancelled"] = "turn.cancelled"
+    reason: str
+
+
+TurnEvent = Annotated[
+    TurnStarted
+    | ReasoningDelta
+    | MessageDelta
+    | MessageCompleted
+    | ActionRequested
+    | ActionCompleted
+    | InputRequested
+    | TurnCompleted
+    | TurnFailed
+    | TurnCancelled,
+    Field(discriminator="type"),
+]
+
+TURN_EVENT_ADAPTER: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
+
+TERMINAL_EVENT_TYPES = frozenset(
+    {"turn.completed", "turn.failed", "turn.cancelled", "input.requested"}
+)

@@ -1,0 +1,173 @@
+"""The transcript: what a session said and did, one message per row.
+
+Roles are ``user`` (a person's opening message), ``trigger`` (the seed of a
+turn nobody typed, attributed to what started it), ``assistant`` (a committed
+model reply) and ``tool`` (the result of one tool call). The loop's position is
+read off these messages, so they are the durable state of a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, overload
+
+from pydantic import Field, TypeAdapter
+
+__all__ = [
+    "AssistantMessage",
+    "ContentBlock",
+    "Message",
+    "RedactedThinkingBlock",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolMessage",
+    "TranscriptView",
+    "TriggerMessage",
+    "Usage",
+    "UserMessage",
+]
+
+JsonValue = Any
+"""Anything `json.dumps` accepts: the result of a tool, the input of a call."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextBlock:
+    """Text the model wrote."""
+
+    kind: Literal["text"] = "text"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThinkingBlock:
+    """Extended thinking, kept with its signature so it can be sent back verbatim."""
+
+    kind: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedactedThinkingBlock:
+    """Thinking the provider encrypted; opaque, sent back as received."""
+
+    kind: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """The model asked for one tool call."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    id: str
+    """Unique within the turn; keys the step `tool:<n>:<id>`."""
+    name: str
+    input: dict[str, JsonValue] = field(default_factory=dict)
+
+
+ContentBlock = Annotated[
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolCall, Field(discriminator="kind")
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Tokens one model call used, as the provider counted them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserMessage:
+    """What a person sent to open a turn."""
+
+    role: Literal["user"] = "user"
+    turn_id: str
+    text: str
+    user: str | None = None
+    """The speaker's id, when the channel knows it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TriggerMessage:
+    """The seed of a turn that no person sent (a schedule, a webhook)."""
+
+    role: Literal["trigger"] = "trigger"
+    turn_id: str
+    text: str
+    by: str
+    """What started the turn, for example ``schedule:daily``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantMessage:
+    """A committed model reply."""
+
+    role: Literal["assistant"] = "assistant"
+    turn_id: str
+    content: tuple[ContentBlock, ...] = ()
+    stop_reason: str | None = None
+    usage: Usage | None = None
+
+    @property
+    def text(self) -> str:
+        """The reply's text blocks, joined."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the reply asked for, in order."""
+        return tuple(b for b in self.content if isinstance(b, ToolCall))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolMessage:
+    """The committed result of one tool call."""
+
+    role: Literal["tool"] = "tool"
+    turn_id: str
+    call_id: str
+    name: str
+    result: JsonValue
+    is_error: bool = False
+
+
+Message = Annotated[
+    UserMessage | TriggerMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+MESSAGES_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+class TranscriptView(Sequence[Message]):
+    """A read-only window on a session's live transcript, shared without copying.
+
+    Handing the model a copy would make every step cost O(history); a view keeps
+    a step's cost flat however long the thread grows. It is valid for one call.
+    """
+
+    __slots__ = ("_messages",)
+
+    def __init__(self, messages: list[Message]) -> None:
+        self._messages = messages
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        return self._messages[index]
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)

@@ -1,0 +1,145 @@
+"""The engine's three seams (`SessionStore`, `EventSink`, `Model`) and what crosses them.
+
+The engine depends on these protocols only; SQLite, memory, Anthropic and the
+scripted model are implementations. A store's writes are whole transactions:
+the engine hands it a `Commit` (or a piece of work that produces one inside the
+transaction) and never holds a transaction open across an ``await``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+from agent.events import TurnEvent
+from agent.messages import JsonValue, Message
+from agent.model import ModelRequest, ModelStreamEvent
+from agent.turns import TurnRecord
+
+__all__ = [
+    "Commit",
+    "EventSink",
+    "Model",
+    "SessionKey",
+    "SessionStatus",
+    "SessionStore",
+    "StoreHandle",
+    "StoredMessage",
+    "StoredSession",
+    "StoredStep",
+]
+
+T = TypeVar("T")
+SessionStatus = Literal["new", "idle", "running", "suspended"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """Where a session lives: an agent's name and the session's id."""
+
+    agent: str
+    session_id: str
+
+    def __str__(self) -> str:
+        return f"{self.agent}/{self.session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A transcript message at its index."""
+
+    index: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class StoredStep:
+    """A step's memo: ``model:<n>``, ``tool:<n>:<call_id>`` (later ``input:<turn>:<id>``)."""
+
+    step_id: str
+    turn_id: str
+    result: JsonValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """Everything one transaction writes for a session."""
+
+    messages: tuple[StoredMessage, ...] = ()
+    steps: tuple[StoredStep, ...] = ()
+    turn: TurnRecord | None = None
+    """Inserted, or replacing the stored record with the same id."""
+    status: SessionStatus | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class StoredSession:
+    """What the engine loads once per session and then keeps up to date itself."""
+
+    status: SessionStatus = "new"
+    transcript: list[Message] = field(default_factory=list)
+    turns: dict[str, TurnRecord] = field(default_factory=dict)
+
+
+class StoreHandle(Protocol):
+    """The store's own connection, lent to a local tool inside the step's transaction.
+
+    Writes made through it commit or roll back with the step's checkpoint.
+    """
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement in the step's transaction and return its rows."""
+        ...
+
+
+class SessionStore(Protocol):
+    """Durable home of transcripts, step memos and turn records."""
+
+    async def load(self, key: SessionKey) -> StoredSession:
+        """Read a session's status, transcript and turns (empty when it is new)."""
+        ...
+
+    async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
+        """Read the step memos of one turn, by step id."""
+        ...
+
+    async def commit(self, key: SessionKey, commit: Commit) -> None:
+        """Write ``commit`` in one transaction."""
+        ...
+
+    async def commit_with(
+        self,
+        key: SessionKey,
+        work: Callable[[StoreHandle | None], T],
+        record: Callable[[T | Exception], Commit],
+    ) -> Commit:
+        """Run ``work`` and write what ``record`` makes of its outcome, in one transaction.
+
+        ``work`` runs on the store's own connection thread with the handle (``None``
+        where the store has no transactional handle). If it raises an `Exception`,
+        its writes are rolled back and ``record`` gets the exception instead. If
+        ``record`` raises, the whole transaction rolls back and the error propagates.
+        No other session's statements run in between.
+        """
+        ...
+
+    async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        """Every queued or running turn, in admission order per session."""
+        ...
+
+
+class EventSink(Protocol):
+    """Receives every event of every turn. Must not block: queue, do not await."""
+
+    def emit(self, event: TurnEvent) -> None:
+        """Take one event."""
+        ...
+
+
+class Model(Protocol):
+    """A language model that streams one reply per request."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        """Stream deltas, then end with exactly one `ModelReply`."""
+        ...

@@ -1,0 +1,118 @@
+"""`AgentRuntime`: hosts agents on a store, keeps their sessions, recovers lost turns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from agent.definition import Agent
+from agent.errors import ConfigError
+from agent.events import TurnEvent
+from agent.ports import EventSink, SessionKey, SessionStore
+from agent.session import AgentSession
+
+__all__ = ["AgentRuntime"]
+
+logger = logging.getLogger("agent")
+
+
+class AgentRuntime:
+    """Runs the turns of some agents on one session store.
+
+    Use it as an async context manager: entering resumes every turn that a dead
+    process left unfinished (a Slack event that was acknowledged is never
+    redelivered, so nobody else would); leaving stops the running turns where
+    they stand, to be resumed by the next start.
+
+    Example:
+        >>> async with AgentRuntime(store, [agent]) as runtime:
+        ...     reply = await runtime.session("ops", "s1").turn("hello")
+    """
+
+    def __init__(
+        self, store: SessionStore, agents: Agent | Sequence[Agent], *, sink: EventSink | None = None
+    ) -> None:
+        self.store = store
+        self._agents: dict[str, Agent] = {}
+        for agent in [agents] if isinstance(agents, Agent) else agents:
+            if agent.name in self._agents:
+                raise ConfigError(f"two agents are named {agent.name!r}")
+            self._agents[agent.name] = agent
+        self._sink = sink
+        self._sessions: dict[SessionKey, AgentSession] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def agent(self, name: str) -> Agent:
+        """The agent registered under ``name``.
+
+        Raises:
+            ConfigError: No such agent.
+        """
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise ConfigError(f"no agent named {name!r} in this runtime") from None
+
+    def session(self, agent: str, session_id: str) -> AgentSession:
+        """The session ``(agent, session_id)``; the same object on every call."""
+        key = SessionKey(agent, session_id)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = AgentSession(self, key)
+        return session
+
+    async def start(self) -> int:
+        """Resume every unfinished turn in the store; return how many were queued."""
+        recovered = 0
+        for key, record in await self.store.unfinished_turns():
+            if key.agent not in self._agents:
+                logger.warning(
+                    "turn %s of %s is unfinished but no agent %r is mounted; left as is",
+                    record.turn_id,
+                    key,
+                    key.agent,
+                )
+                continue
+            await self.session(key.agent, key.session_id).recover(record.turn_id)
+            recovered += 1
+        if recovered:
+            logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
+        return recovered
+
+    async def close(self) -> None:
+        """Stop running turns at once; they stay unfinished on disk for the next start."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._sessions.clear()
+
+    async def __aenter__(self) -> AgentRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+        """Run ``work`` as a task the runtime keeps a reference to and cancels on close."""
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("task %s died", task.get_name(), exc_info=task.exception())
+
+    def emit(self, event: TurnEvent) -> None:
+        """Hand an event to the runtime's sink, if any; a failing sink never stops a turn."""
+        if self._sink is None:
+            return
+        try:
+            self._sink.emit(event)
+        except Exception:
+            logger.exception("the event sink failed on %s", event.type)

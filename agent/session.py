@@ -1,0 +1,323 @@
+"""`AgentSession`: one conversation's turns, run one at a time in admission order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from agent._turn import TurnRun, opening_commit
+from agent.errors import (
+    TurnCancelledError,
+    TurnFailedError,
+    TurnSuspendedError,
+    UnknownTurnError,
+)
+from agent.events import (
+    TERMINAL_EVENT_TYPES,
+    ActionCompleted,
+    ActionRequested,
+    InputRequested,
+    MessageCompleted,
+    TurnCancelled,
+    TurnCompleted,
+    TurnEvent,
+    TurnFailed,
+)
+from agent.messages import AssistantMessage, ToolCall, ToolMessage
+from agent.ports import Commit, SessionKey, SessionStatus, StoredSession
+from agent.tools import describe_error
+from agent.turns import (
+    TURN_STATUSES_UNFINISHED,
+    Cancelled,
+    Completed,
+    Failed,
+    Suspended,
+    TurnInput,
+    TurnRecord,
+    TurnResult,
+)
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentRuntime
+
+__all__ = ["AgentSession", "Observer"]
+
+logger = logging.getLogger("agent")
+
+Observer = Callable[[TurnEvent], None]
+
+
+class AgentSession:
+    """The turns of one session, addressed by ``(agent, session id)``.
+
+    Get one from `AgentRuntime.session`. Turns of a session run one at a time,
+    in the order they were admitted; different sessions run concurrently.
+    """
+
+    def __init__(self, runtime: AgentRuntime, key: SessionKey) -> None:
+        self._runtime = runtime
+        self._agent = runtime.agent(key.agent)
+        self.key = key
+        self._state: StoredSession | None = None
+        self._load_lock = asyncio.Lock()
+        self._admit_lock = asyncio.Lock()
+        self._queue: deque[str] = deque()
+        self._worker: asyncio.Task[None] | None = None
+        self._active: str | None = None
+        self._waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
+        self._observers: list[tuple[str | None, Observer]] = []
+
+    async def _loaded(self) -> StoredSession:
+        # read once, then kept current by the turns themselves: no step rereads history
+        if self._state is None:
+            async with self._load_lock:
+                if self._state is None:
+                    self._state = await self._runtime.store.load(self.key)
+        return self._state
+
+    async def status(self) -> SessionStatus:
+        """``new``, ``idle``, ``running`` or ``suspended``."""
+        return (await self._loaded()).status
+
+    async def turns(self) -> list[TurnRecord]:
+        """Every turn of the session, in admission order."""
+        return sorted((await self._loaded()).turns.values(), key=lambda t: t.seq)
+
+    async def start(self, input: str | TurnInput, *, turn_id: str | None = None) -> str:
+        """Admit a turn durably and return its id without waiting for it to run.
+
+        Starting with a ``turn_id`` the session already has replays that turn
+        instead of opening a second one: a finished turn is left as it is, an
+        unfinished one resumes from its last checkpoint. So a redelivered event
+        (a Slack retry) is idempotent.
+
+        Args:
+            input: The opening text, or a `TurnInput`.
+            turn_id: A caller-chosen id (for example the Slack event id).
+
+        Returns:
+            The turn's id.
+        """
+        given = TurnInput(text=input) if isinstance(input, str) else input
+        async with self._admit_lock:
+            state = await self._loaded()
+            turn_id = turn_id or uuid.uuid4().hex
+            known = state.turns.get(turn_id)
+            if known is not None:
+                self._enqueue_unfinished(known)
+                return turn_id
+            seq = max((t.seq for t in state.turns.values()), default=0) + 1
+            record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
+            if self._worker is None and not self._queue:
+                # nothing ahead of it: open it at admission, one transaction fewer
+                record, commit = opening_commit(record, len(state.transcript))
+            else:
+                commit = Commit(turn=record)
+            await self._runtime.store.commit(self.key, commit)
+            state.transcript.extend(m.message for m in commit.messages)
+            state.turns[turn_id] = record
+            if commit.status is not None:
+                state.status = commit.status
+            self._enqueue(turn_id)
+        return turn_id
+
+    async def recover(self, turn_id: str) -> None:
+        """Queue an unfinished turn found in the store (start-up recovery)."""
+        async with self._admit_lock:
+            state = await self._loaded()
+            record = state.turns.get(turn_id)
+            if record is None:
+                raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
+            self._enqueue_unfinished(record)
+
+    def _enqueue_unfinished(self, record: TurnRecord) -> None:
+        is_known_here = record.turn_id == self._active or record.turn_id in self._queue
+        if record.status in TURN_STATUSES_UNFINISHED and not is_known_here:
+            self._enqueue(record.turn_id)
+
+    async def result(self, turn_id: str) -> TurnResult:
+        """Wait for the turn to end: completed, suspended, failed or cancelled.
+
+        Raises:
+            UnknownTurnError: The session has no such turn.
+        """
+        state = await self._loaded()
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
+        if record.result is not None and record.status not in TURN_STATUSES_UNFINISHED:
+            return record.result
+        waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(turn_id, []).append(waiter)
+        return await waiter
+
+    async def turn(self, input: str | TurnInput, *, turn_id: str | None = None) -> Completed:
+        """Start a turn and wait for its reply; for non-interactive callers.
+
+        Raises:
+            TurnSuspendedError: The turn parked for input; use `start` and `result`.
+            TurnFailedError: The turn failed.
+            TurnCancelledError: The turn was cancelled.
+        """
+        turn_id = await self.start(input, turn_id=turn_id)
+        result = await self.result(turn_id)
+        if isinstance(result, Completed):
+            return result
+        if isinstance(result, Failed):
+            raise TurnFailedError(
+                result.error, turn_id=turn_id, phase=result.phase, step=result.step
+            )
+        if isinstance(result, Cancelled):
+            raise TurnCancelledError(result.reason, turn_id=turn_id)
+        raise TurnSuspendedError(
+            f"turn {turn_id} parked for input; turn() does not wait for people", turn_id=turn_id
+        )
+
+    async def observe(
+        self, callback: Observer, *, turn_id: str | None = None, replay: bool = False
+    ) -> Callable[[], None]:
+        """Call ``callback`` with each event of the session (or of one turn).
+
+        The callback runs on the event loop and must not block. With ``replay``,
+        the committed history of ``turn_id`` (messages, actions, its ending) is
+        folded into events first, then live events follow with no gap between.
+
+        Returns:
+            A function that stops the subscription.
+        """
+        state = await self._loaded()
+        if replay and turn_id is not None and turn_id in state.turns:
+            for event in self._fold(state, state.turns[turn_id]):
+                callback(event)
+        entry = (turn_id, callback)
+        self._observers.append(entry)
+        return lambda: self._observers.remove(entry) if entry in self._observers else None
+
+    async def stream(self, turn_id: str, *, replay: bool = True) -> AsyncIterator[TurnEvent]:
+        """Iterate the events of one turn until its terminal event."""
+        state = await self._loaded()
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
+        if not replay and record.status not in TURN_STATUSES_UNFINISHED:
+            return
+        queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
+        stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event.type in TERMINAL_EVENT_TYPES:
+                    return
+        finally:
+            stop()
+
+    # -- the session's turn chain ---------------------------------------------
+
+    def _enqueue(self, turn_id: str) -> None:
+        self._queue.append(turn_id)
+        if self._worker is None:
+            self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                turn_id = self._queue.popleft()
+                self._active = turn_id
+                try:
+                    await self._run(turn_id)
+                finally:
+                    self._active = None
+        finally:
+            self._worker = None
+
+    async def _run(self, turn_id: str) -> None:
+        state = await self._loaded()
+        record = state.turns[turn_id]
+        if record.status not in TURN_STATUSES_UNFINISHED:
+            return
+        run = TurnRun(
+            agent=self._agent,
+            store=self._runtime.store,
+            key=self.key,
+            state=state,
+            record=record,
+            emit=self._emit,
+        )
+        try:
+            result = await run.run()
+        except Exception as exc:
+            # the store failed under the turn: what committed stays, and the turn is
+            # still unfinished on disk, so the next start-up resumes it
+            logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
+            result = Failed(turn_id=turn_id, error=f"internal error: {describe_error(exc)}")
+        for waiter in self._waiters.pop(turn_id, []):
+            if not waiter.done():
+                waiter.set_result(result)
+
+    def _emit(self, event: TurnEvent) -> None:
+        for wanted, callback in tuple(self._observers):
+            if wanted is None or wanted == event.turn_id:
+                try:
+                    callback(event)
+                except Exception:
+                    logger.exception("an observer of %s failed on %s", self.key, event.type)
+        self._runtime.emit(event)
+
+    def _fold(self, state: StoredSession, record: TurnRecord) -> Iterator[TurnEvent]:
+        """The committed history of a turn, as the events its run emitted."""
+        seq = 0
+        base: dict[str, Any] = {
+            "agent": self.key.agent,
+            "session": self.key.session_id,
+            "turn_id": record.turn_id,
+        }
+
+        def next_seq() -> int:
+            nonlocal seq
+            seq += 1
+            return seq
+
+        calls: dict[str, ToolCall] = {}
+        start = record.opening_index if record.opening_index is not None else len(state.transcript)
+        for index in range(start, len(state.transcript)):
+            message = state.transcript[index]
+            if message.turn_id != record.turn_id:
+                break
+            if isinstance(message, AssistantMessage):
+                calls.update((c.id, c) for c in message.tool_calls)
+                if message.text:
+                    yield MessageCompleted(**base, seq=next_seq(), text=message.text, index=index)
+            elif isinstance(message, ToolMessage):
+                call = calls.get(message.call_id)
+                yield ActionRequested(
+                    **base,
+                    seq=next_seq(),
+                    call_id=message.call_id,
+                    name=message.name,
+                    input=call.input if call else {},
+                )
+                error = message.result.get("error") if message.is_error else None
+                yield ActionCompleted(
+                    **base,
+                    seq=next_seq(),
+                    call_id=message.call_id,
+                    name=message.name,
+                    result=message.result,
+                    error=error,
+                )
+        ending = record.result if record.status not in TURN_STATUSES_UNFINISHED else None
+        if isinstance(ending, Completed):
+            yield TurnCompleted(**base, seq=next_seq(), text=ending.text)
+        elif isinstance(ending, Failed):
+            yield TurnFailed(
+                **base, seq=next_seq(), error=ending.error, phase=ending.phase, step=ending.step
+            )
+        elif isinstance(ending, Cancelled):
+            yield TurnCancelled(**base, seq=next_seq(), reason=ending.reason)
+        elif isinstance(ending, Suspended):
+            yield InputRequested(**base, seq=next_seq(), request=ending.request)

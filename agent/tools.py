@@ -1,0 +1,203 @@
+"""Declaring tools, and the context a tool call runs with.
+
+How ``run`` is declared decides the guarantee: a plain ``def`` is **local** and
+exactly-once (it runs inside the step's transaction, on the store's connection
+thread), an ``async def`` is **remote** and at-least-once (side effects must
+carry ``ctx.idempotency_key``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, overload
+
+from pydantic import BaseModel, ValidationError, create_model
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from agent.errors import ConfigError, FatalToolError, ToolError
+from agent.messages import JsonValue
+from agent.model import ToolSpec
+from agent.ports import StoreHandle
+
+__all__ = ["Tool", "ToolContext", "tool"]
+
+ERROR_TEXT_LIMIT = 2000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """What a tool call knows about where it runs."""
+
+    agent: str
+    session_id: str
+    turn_id: str
+    call_id: str
+    idempotency_key: str
+    """Stable across replays of this call: give it to remote side effects to dedupe on."""
+    handle: StoreHandle | None = None
+
+    @property
+    def store(self) -> StoreHandle:
+        """The store's own connection, inside this step's transaction (local tools only).
+
+        Raises:
+            FatalToolError: The store has no transactional handle (the memory store),
+                or the tool is remote and so runs outside any transaction.
+        """
+        if self.handle is None:
+            raise FatalToolError(
+                "ctx.store needs a local (def) tool on a store with a transactional "
+                "handle; the memory store and async tools have none",
+                turn_id=self.turn_id,
+            )
+        return self.handle
+
+
+def idempotency_key(turn_id: str, call_id: str) -> str:
+    """Derive the key a remote side effect dedupes on; the same on every replay."""
+    return hashlib.sha256(f"{turn_id}\x00{call_id}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tool:
+    """A function the model may call, with the schema of its input."""
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    is_local: bool
+    """A plain ``def``: runs inside the step's transaction, exactly once."""
+    input_model: type[BaseModel]
+    context_param: str | None = None
+
+    @property
+    def spec(self) -> ToolSpec:
+        """How the model sees this tool."""
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_model.model_json_schema(),
+        )
+
+    def parse_input(self, raw: dict[str, JsonValue]) -> dict[str, Any]:
+        """Validate the model's input into keyword arguments.
+
+        Raises:
+            ToolError: The input does not match the schema; the message names the fields.
+        """
+        try:
+            parsed = self.input_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ToolError(f"invalid input for {self.name}: {problems}") from None
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    def call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Call ``fn`` with the parsed arguments (and the context, when it takes one)."""
+        if self.context_param is not None:
+            arguments = {**arguments, self.context_param: ctx}
+        return self.fn(**arguments)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool from a function; its input schema comes from the type hints.
+
+    A parameter annotated `ToolContext` receives the call's context and is not
+    part of the schema. The description defaults to the docstring.
+
+    Example:
+        >>> @tool
+        ... def create_order(item: str, ctx: ToolContext) -> dict[str, str]:
+        ...     '''Place an order for an item.'''
+        ...     ctx.store.execute("insert into orders (item) values (?)", [item])
+        ...     return {"item": item}
+
+    Raises:
+        ConfigError: The function cannot be a tool (an async generator, a
+            parameter without a type hint, no description).
+    """
+
+    def declare(fn: Callable[..., Any]) -> Tool:
+        return _declare(fn, name=name, description=description)
+
+    return declare(fn) if fn is not None else declare
+
+
+def _declare(fn: Callable[..., Any], *, name: str | None, description: str | None) -> Tool:
+    tool_name = name or fn.__name__
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise ConfigError(f"tool {tool_name}: a generator cannot be a tool")
+    text = description or inspect.getdoc(fn)
+    if not text:
+        raise ConfigError(f"tool {tool_name}: give it a description or a docstring")
+    hints = typing.get_type_hints(fn, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in inspect.signature(fn).parameters.values():
+        hint = hints.get(param.name)
+        if hint is ToolContext:
+            context_param = param.name
+            continue
+        if hint is None:
+            raise ConfigError(f"tool {tool_name}: parameter {param.name!r} needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hint, default)
+    input_model = create_model(f"{tool_name}_input", **fields)
+    return Tool(
+        name=tool_name,
+        description=text,
+        fn=fn,
+        is_local=not inspect.iscoroutinefunction(fn),
+        input_model=input_model,
+        context_param=context_param,
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """Turn what a tool raised into what the model reads: class and message, no traceback."""
+    message = str(exc)
+    if type(exc) is Exception:
+        text = message
+    elif message:
+        text = f"{type(exc).__name__}: {message}"
+    else:
+        text = type(exc).__name__
+    return text[:ERROR_TEXT_LIMIT]
+
+
+def jsonable_result(tool: Tool, value: Any) -> JsonValue:
+    """Make a tool's return value storable, or fail the call naming the tool.
+
+    Raises:
+        ToolError: The value is an awaitable (a ``def`` that should be
+            ``async def``) or cannot be turned into JSON.
+    """
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited by design; closing keeps Python from warning
+        raise ToolError(
+            f"tool {tool.name} is a plain def that returned an awaitable; declare it async def"
+        )
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise ToolError(f"tool {tool.name} returned a value that is not JSON: {exc}") from None

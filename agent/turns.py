@@ -1,0 +1,97 @@
+"""A turn's input, its durable record, and how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+__all__ = [
+    "TURN_STATUSES_UNFINISHED",
+    "Cancelled",
+    "Completed",
+    "Failed",
+    "Suspended",
+    "TurnInput",
+    "TurnRecord",
+    "TurnResult",
+    "TurnStatus",
+]
+
+TurnStatus = Literal["queued", "running", "completed", "suspended", "failed", "cancelled"]
+TURN_STATUSES_UNFINISHED: frozenset[str] = frozenset({"queued", "running"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnInput:
+    """What opens a turn.
+
+    An ``inbound`` turn is opened by a person's message (``user`` is who, when
+    the channel knows it). A ``proactive`` turn is opened by a seed nobody typed;
+    ``by`` names what started it and the seed is stored as a ``trigger`` message.
+    """
+
+    text: str
+    trigger: Literal["inbound", "proactive"] = "inbound"
+    user: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """The turn finished; ``text`` is its final reply."""
+
+    status: Literal["completed"] = "completed"
+    turn_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed:
+    """The turn failed; ``phase`` / ``step`` say where when a step was in flight."""
+
+    status: Literal["failed"] = "failed"
+    turn_id: str
+    error: str
+    phase: Literal["model", "tool"] | None = None
+    step: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancelled:
+    """The turn was cancelled for ``reason``."""
+
+    status: Literal["cancelled"] = "cancelled"
+    turn_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suspended:
+    """The turn parked, waiting for a person to answer ``request``."""
+
+    status: Literal["suspended"] = "suspended"
+    turn_id: str
+    request: dict[str, Any]
+
+
+TurnResult = Annotated[Completed | Failed | Cancelled | Suspended, Field(discriminator="status")]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    """A turn as the store keeps it."""
+
+    turn_id: str
+    seq: int
+    """Admission order within the session, from 1; turns run in this order."""
+    status: TurnStatus
+    input: TurnInput
+    opening_index: int | None = None
+    """Transcript index of the opening message, once it is committed."""
+    result: TurnResult | None = None
+    """Set once the turn reached a terminal status."""
+
+
+TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)
