@@ -15,11 +15,11 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
+from agent._json import dumps, loads
 from agent.errors import StoreError
 from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
 from agent.ports import Commit, SessionKey, StoredSession
 from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
-from agent._json import dumps, loads
 
 __all__ = ["SQLiteStore"]
 
@@ -137,7 +137,7 @@ class SQLiteStore:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         # aiosqlite's own queue: one function at a time on the connection thread.
         try:
-            result: T = await self._db._execute(fn, self._db._conn, *args)
+            result: T = await self._db._execute(fn, self._db._conn, *args)  # type: ignore[no-untyped-call]
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
         return result
@@ -232,7 +232,8 @@ def _apply(conn: sqlite3.Connection, rows: _Rows) -> None:
         )
     if steps:
         conn.executemany(
-            "INSERT INTO steps (agent, session_id, turn_id, step_id, result) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO steps (agent, session_id, turn_id, step_id, result)"
+            " VALUES (?, ?, ?, ?, ?)",
             steps,
         )
     if turn is not None:

@@ -215,7 +215,9 @@ class TurnRun:
         self, step: str, call: ToolCall, tool: Tool, arguments: dict[str, Any], ctx: ToolContext
     ) -> ToolMessage:
         def work(handle: Any) -> JsonValue:
-            return jsonable_result(tool, tool.call(arguments, dataclasses.replace(ctx, handle=handle)))
+            return jsonable_result(
+                tool, tool.call(arguments, dataclasses.replace(ctx, handle=handle))
+            )
 
         def record(outcome: JsonValue | Exception) -> Commit:
             if isinstance(outcome, FatalToolError):
@@ -278,7 +280,8 @@ class TurnRun:
         record = dataclasses.replace(self._record, status="failed", result=result)
         # close the calls that will never run, so the next turn's transcript stays valid
         owed, at = self._owed_calls()
-        messages, steps = [], []
+        messages: list[StoredMessage] = []
+        steps: list[StoredStep] = []
         for offset, call in enumerate(owed):
             message = ToolMessage(
                 turn_id=self.turn_id,

@@ -64,8 +64,7 @@ class ScriptedModel:
         else:
             replies = list(script)
             self._script = lambda request: replies[
-                sum(1 for m in request.messages if m.role == "assistant")
-                % len(replies)
+                sum(1 for m in request.messages if m.role == "assistant") % len(replies)
             ]
         self._chunk = chunk
         self.requests: list[ModelRequest] = []

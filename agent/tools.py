@@ -154,7 +154,7 @@ def _declare(fn: Callable[..., Any], *, name: str | None, description: str | Non
     context_param = None
     for param in inspect.signature(fn).parameters.values():
         hint = hints.get(param.name)
-        if hint is ToolContext:
+        if _is_context(hint):
             context_param = param.name
             continue
         if hint is None:
@@ -170,6 +170,11 @@ def _declare(fn: Callable[..., Any], *, name: str | None, description: str | Non
         input_model=input_model,
         context_param=context_param,
     )
+
+
+def _is_context(hint: Any) -> bool:
+    """``ToolContext``, or an optional one: the context, not a field of the input."""
+    return hint is ToolContext or ToolContext in typing.get_args(hint)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -1,0 +1,1 @@
+"""The Slack application on top of the `agent` engine (``bot -> agent``, never back)."""

@@ -1,0 +1,29 @@
+"""Every sentence the bot says to a person, in one place."""
+
+from __future__ import annotations
+
+NEEDS_CREDENTIALS = """\
+No Slack credentials found, so this runs the engine offline instead.
+
+For the real bot, create the Slack app from manifest.yml
+(https://api.slack.com/apps -> Create New App -> From an app manifest), install it,
+then set in the environment or a .env file:
+  SLACK_BOT_TOKEN       xoxb-... (OAuth & Permissions)
+  SLACK_SIGNING_SECRET  (Basic Information) for HTTP events, or
+  SLACK_APP_TOKEN       xapp-... (Socket Mode, no public URL needed)
+  ANTHROPIC_API_KEY     for Claude (without it, replies come from an offline model)
+"""
+
+SLACK_NOT_BUILT = """\
+Slack credentials are set, but serving Slack is not part of this build yet:
+the Slack app (events, streaming replies, Approve/Deny) is the next piece of work.
+Unset the SLACK_* variables to try the durable engine offline.
+"""
+
+
+def offline_intro(database: str) -> str:
+    """What the offline demo says before it starts."""
+    return (
+        f"Offline demo: each line you type is a durable turn stored in {database}.\n"
+        "Kill this process at any point and run it again: unfinished turns resume.\n"
+    )

@@ -1,0 +1,19 @@
+"""Small helpers shared by the engine tests."""
+
+from __future__ import annotations
+
+from agent import AssistantMessage, ModelRequest, ToolMessage
+
+
+def assistant_count(request: ModelRequest) -> int:
+    """How many model replies this turn's session already committed."""
+    return sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+
+
+def last_tool_results(request: ModelRequest) -> list[ToolMessage]:
+    out: list[ToolMessage] = []
+    for m in reversed(request.messages):
+        if not isinstance(m, ToolMessage):
+            break
+        out.append(m)
+    return list(reversed(out))

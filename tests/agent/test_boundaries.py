@@ -1,0 +1,59 @@
+"""The engine's shape: what it may import, and what it exports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agent
+
+AGENT_DIR = Path(agent.__file__).parent
+FORBIDDEN = ("slack_bolt", "slack_sdk", "bot")
+VENDOR_FILES = {"anthropic": "_anthropic.py", "aiosqlite": "_sqlite_store.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_agent_imports_nothing_of_slack_or_the_bot():
+    offenders = {
+        str(path.relative_to(AGENT_DIR)): sorted(imported_modules(path) & set(FORBIDDEN))
+        for path in AGENT_DIR.rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_each_vendor_is_imported_by_one_file_only():
+    for vendor, owner in VENDOR_FILES.items():
+        importers = {
+            path.name for path in AGENT_DIR.rglob("*.py") if vendor in imported_modules(path)
+        }
+        assert importers <= {owner}, vendor
+
+
+def test_public_names_are_pinned():
+    assert sorted(agent.__all__) == sorted(
+        [
+            "ActionCompleted", "ActionRequested", "Agent", "AgentError", "AgentRuntime",
+            "AgentSession", "AssistantMessage", "Cancelled", "Completed", "ConfigError",
+            "EventSink", "Failed", "FatalToolError", "InputRequested", "MemoryStore", "Message",
+            "MessageCompleted", "MessageDelta", "Model", "ModelError", "ModelReply",
+            "ModelRequest", "ReasoningDelta", "SQLiteStore", "SessionKey", "SessionStore",
+            "StoreError", "StoreHandle", "Suspended", "TextBlock", "TextDelta", "ThinkingBlock",
+            "ThinkingDelta", "Tool", "ToolCall", "ToolContext", "ToolError", "ToolMessage",
+            "ToolSpec", "TriggerMessage", "TurnCancelled", "TurnCancelledError", "TurnCompleted",
+            "TurnError", "TurnEvent", "TurnFailed", "TurnFailedError", "TurnInput", "TurnRecord",
+            "TurnResult", "TurnStarted", "TurnSuspendedError", "UnknownTurnError", "Usage",
+            "UserMessage", "open_store", "tool",
+        ]
+    )  # fmt: skip
+    for name in agent.__all__:
+        assert hasattr(agent, name), name

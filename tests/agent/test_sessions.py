@@ -1,0 +1,201 @@
+"""Rule 14: AgentSession's start / observe / result / turn, ordering and concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    Completed,
+    ConfigError,
+    TurnFailedError,
+    TurnInput,
+    UnknownTurnError,
+    tool,
+)
+from agent.ports import SessionKey
+from agent.testing import ScriptedModel, call, reply
+from tests.agent.helpers import assistant_count
+
+
+async def test_start_returns_before_the_turn_runs_and_result_waits(store):
+    release = asyncio.Event()
+
+    async def script(request):
+        await release.wait()
+        return reply("late")
+
+    async with AgentRuntime(store, Agent(name="a", model=ScriptedModel(script))) as runtime:
+        session = runtime.session("a", "s1")
+        turn_id = await session.start("hello")
+        waiting = asyncio.create_task(session.result(turn_id))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        assert await session.status() == "running"
+        release.set()
+        assert await waiting == Completed(turn_id=turn_id, text="late")
+        assert await session.status() == "idle"
+
+
+async def test_turns_of_one_session_run_one_at_a_time_in_order(store):
+    order: list[str] = []
+    in_flight = 0
+    most = 0
+
+    async def script(request):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.002)
+        in_flight -= 1
+        order.append(request.messages[-1].text)
+        return reply("ok")
+
+    async with AgentRuntime(store, Agent(name="a", model=ScriptedModel(script))) as runtime:
+        session = runtime.session("a", "s1")
+        ids = [await session.start(f"m{i}") for i in range(5)]
+        statuses = [t.status for t in await session.turns()]
+        results = [await session.result(t) for t in ids]
+
+    assert statuses[0] == "running"
+    assert statuses[1:] == ["queued"] * 4
+    assert order == [f"m{i}" for i in range(5)]
+    assert most == 1
+    assert all(isinstance(r, Completed) for r in results)
+    stored = await store.load(SessionKey("a", "s1"))
+    assert [getattr(m, "text", "") for m in stored.transcript[::2]] == order
+
+
+async def test_turns_of_different_sessions_run_concurrently(store):
+    both_in = asyncio.Event()
+    inside = 0
+
+    async def script(request):
+        nonlocal inside
+        inside += 1
+        if inside == 2:
+            both_in.set()
+        await asyncio.wait_for(both_in.wait(), timeout=5)
+        return reply("ok")
+
+    async with AgentRuntime(store, Agent(name="a", model=ScriptedModel(script))) as runtime:
+        one, two = runtime.session("a", "s1"), runtime.session("a", "s2")
+        t1, t2 = await one.start("x"), await two.start("y")
+        r1, r2 = await one.result(t1), await two.result(t2)
+
+    assert isinstance(r1, Completed)
+    assert isinstance(r2, Completed)
+
+
+async def test_turn_raises_when_the_turn_fails(store):
+    model = ScriptedModel(lambda r: reply(stop_reason="refusal"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        with pytest.raises(TurnFailedError) as failure:
+            await runtime.session("a", "s1").turn("hello")
+
+    assert failure.value.phase == "model"
+    assert failure.value.step == "model:1"
+
+
+async def test_result_of_an_unknown_turn_is_refused(store):
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(lambda r: reply("x")))
+    ) as rt:
+        with pytest.raises(UnknownTurnError):
+            await rt.session("a", "s1").result("nope")
+
+
+async def test_unknown_agent_is_a_config_error(store):
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(lambda r: reply("x")))
+    ) as rt:
+        with pytest.raises(ConfigError, match="no agent named 'b'"):
+            rt.session("b", "s1")
+
+
+async def test_session_object_is_shared_per_address(store):
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(lambda r: reply("x")))
+    ) as rt:
+        assert rt.session("a", "s1") is rt.session("a", "s1")
+        assert rt.session("a", "s1") is not rt.session("a", "s2")
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look up a city."""
+    return f"{city}: sunny"
+
+
+def weather(request):
+    if assistant_count(request) % 2 == 0:
+        return reply("looking", call("lookup", {"city": "Oslo"}))
+    return reply("Sunny in Oslo.")
+
+
+async def test_observe_one_turn_sees_only_its_events(store):
+    seen: list[tuple[str, str]] = []
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(weather), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        first = await session.turn("one")
+        second_id = await session.start("two")
+        stop = await session.observe(lambda e: seen.append((e.turn_id, e.type)), turn_id=second_id)
+        await session.result(second_id)
+        stop()
+
+    assert seen
+    assert {t for t, _ in seen} == {second_id} != {first.turn_id}
+    assert seen[-1][1] == "turn.completed"
+
+
+async def test_observe_with_replay_folds_committed_history_then_goes_live(store):
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(weather), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        done = await session.turn("one")
+        replayed = [e async for e in session.stream(done.turn_id)]
+
+    assert [e.type for e in replayed] == [
+        "message.completed",
+        "action.requested",
+        "action.completed",
+        "message.completed",
+        "turn.completed",
+    ]
+    assert replayed[1].input == {"city": "Oslo"}
+    assert replayed[2].result == "Oslo: sunny"
+    assert replayed[-1].text == "Sunny in Oslo."
+
+
+async def test_stream_of_a_live_turn_ends_on_its_terminal_event(store):
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(weather), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        turn_id = await session.start(TurnInput(text="one", user="U1"))
+        events = [e async for e in session.stream(turn_id, replay=False)]
+
+    assert events[0].type == "turn.started"
+    assert events[-1].type == "turn.completed"
+    assert "message.delta" in [e.type for e in events]
+
+
+async def test_a_failing_observer_does_not_stop_the_turn(store, caplog):
+    def explode(event):
+        raise RuntimeError("observer bug")
+
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(weather), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        await session.observe(explode)
+        done = await session.turn("one")
+
+    assert done.text == "Sunny in Oslo."
+    assert "an observer of a/s1 failed" in caplog.text

@@ -1,0 +1,156 @@
+"""The stores themselves: schema and migrations, atomic commits, DATABASE_URL."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from agent import ConfigError, MemoryStore, SQLiteStore, StoreError, TurnInput, UserMessage
+from agent.ports import Commit, SessionKey, StoredMessage, StoredStep
+from agent.store import database_path, open_store
+from agent.turns import TurnRecord
+
+KEY = SessionKey("a", "s1")
+
+
+def message(i: int) -> StoredMessage:
+    return StoredMessage(i, UserMessage(turn_id="t1", text=f"m{i}"))
+
+
+async def test_sqlite_store_creates_its_schema_in_wal_mode(tmp_path):
+    store = await SQLiteStore.open(tmp_path / "deep" / "folder" / "s.db")
+    await store.close()
+
+    conn = sqlite3.connect(tmp_path / "deep" / "folder" / "s.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"sessions", "turns", "messages", "steps", "schema_version"} <= tables
+    conn.close()
+
+
+async def test_reopening_keeps_data_and_does_not_migrate_twice(tmp_path):
+    path = tmp_path / "s.db"
+    store = await SQLiteStore.open(path)
+    await store.commit(KEY, Commit(messages=(message(0),), status="idle"))
+    await store.close()
+
+    store = await SQLiteStore.open(path)
+    loaded = await store.load(KEY)
+    await store.close()
+    assert loaded.transcript == [message(0).message]
+    assert loaded.status == "idle"
+
+
+async def test_a_schema_newer_than_the_code_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    await (await SQLiteStore.open(path)).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = 99")
+    conn.commit()
+    conn.close()
+
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        await SQLiteStore.open(path)
+
+
+async def test_a_commit_is_all_or_nothing(store):
+    await store.commit(KEY, Commit(steps=(StoredStep("model:1", "t1", {}),)))
+
+    clash = Commit(messages=(message(0),), steps=(StoredStep("model:1", "t1", {}),))
+    with pytest.raises(StoreError):
+        await store.commit(KEY, clash)
+
+    assert (await store.load(KEY)).transcript == []
+
+
+async def test_turn_records_upsert_and_unfinished_are_listed_in_order(store):
+    def record(turn_id, seq, status):
+        return TurnRecord(turn_id=turn_id, seq=seq, status=status, input=TurnInput(text="x"))
+
+    await store.commit(KEY, Commit(turn=record("t2", 2, "queued")))
+    await store.commit(KEY, Commit(turn=record("t1", 1, "running")))
+    await store.commit(SessionKey("a", "s0"), Commit(turn=record("t9", 1, "completed")))
+    assert [(k, r.turn_id) for k, r in await store.unfinished_turns()] == [(KEY, "t1"), (KEY, "t2")]
+
+    await store.commit(KEY, Commit(turn=record("t1", 1, "completed")))
+    assert [r.turn_id for _, r in await store.unfinished_turns()] == ["t2"]
+    assert (await store.load(KEY)).turns["t1"].status == "completed"
+
+
+async def test_work_that_raises_is_rolled_back_and_recorded(sqlite_store):
+    def work(handle):
+        handle.execute("CREATE TABLE scratch (x)")
+        raise KeyError("gone")
+
+    def record(outcome):
+        assert isinstance(outcome, KeyError)
+        return Commit(messages=(message(0),))
+
+    await sqlite_store.commit_with(KEY, work, record)
+
+    assert (await sqlite_store.load(KEY)).transcript == [message(0).message]
+    tables = await sqlite_store._run(
+        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'scratch'").fetchall()
+    )
+    assert tables == []
+
+
+async def test_record_that_raises_rolls_back_everything(sqlite_store):
+    def work(handle):
+        handle.execute("CREATE TABLE scratch (x)")
+        return "fine"
+
+    def record(outcome):
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        await sqlite_store.commit_with(KEY, work, record)
+
+    tables = await sqlite_store._run(
+        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'scratch'").fetchall()
+    )
+    assert tables == []
+    # the connection is usable afterwards: no transaction was left open
+    await sqlite_store.commit(KEY, Commit(messages=(message(0),)))
+
+
+async def test_handle_is_dead_once_its_step_ends(sqlite_store):
+    kept = []
+
+    def work(handle):
+        kept.append(handle)
+        return None
+
+    await sqlite_store.commit_with(KEY, work, lambda outcome: Commit())
+    with pytest.raises(StoreError, match="step that has ended"):
+        kept[0].execute("SELECT 1")
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        pytest.param("sqlite:///data/bot.db", "data/bot.db", id="relative"),
+        pytest.param("sqlite:////var/lib/bot.db", "/var/lib/bot.db", id="absolute"),
+        pytest.param("memory://", None, id="memory"),
+    ],
+)
+def test_database_url_names_a_file(url, path):
+    assert database_path(url) == path
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgres://db/x", "sqlite://host/x.db", "sqlite:///", "data/bot.db", "sqlite:///dir/"],
+)
+def test_malformed_database_url_is_a_clear_config_error(url):
+    with pytest.raises(ConfigError, match="DATABASE_URL"):
+        database_path(url)
+
+
+async def test_open_store_from_url(tmp_path):
+    store = await open_store(f"sqlite:///{tmp_path}/x.db")
+    assert isinstance(store, SQLiteStore)
+    await store.close()
+    assert isinstance(await open_store("memory://"), MemoryStore)

@@ -1,0 +1,357 @@
+"""Rules 8-12: declaring tools, local vs remote, errors as results, FatalToolError."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel, Field
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    Completed,
+    ConfigError,
+    Failed,
+    FatalToolError,
+    MemoryStore,
+    ToolContext,
+    ToolMessage,
+    tool,
+)
+from agent.ports import SessionKey
+from agent.testing import RecordingSink, ScriptedModel, call, reply
+from tests.agent.helpers import assistant_count
+
+KEY = SessionKey("a", "s1")
+
+
+def calling(*calls, final="ok"):
+    """A script that makes ``calls`` in one reply, then answers ``final``."""
+
+    def script(request):
+        return reply("", *calls) if assistant_count(request) == 0 else reply(final)
+
+    return script
+
+
+async def run_turn(store, tools, script, sink=None):
+    agent = Agent(name="a", model=ScriptedModel(script), tools=tools)
+    async with AgentRuntime(store, agent, sink=sink) as runtime:
+        session = runtime.session("a", "s1")
+        return await session.result(await session.start("go"))
+
+
+async def tool_messages(store) -> list[ToolMessage]:
+    stored = await store.load(KEY)
+    return [m for m in stored.transcript if isinstance(m, ToolMessage)]
+
+
+# -- declaring ----------------------------------------------------------------
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+def test_schema_comes_from_type_hints_and_docstring():
+    @tool
+    def ship(
+        item: Annotated[str, Field(description="what to ship")],
+        to: Address,
+        count: int = 1,
+        ctx: ToolContext | None = None,
+    ) -> str:
+        """Ship an item to an address."""
+        return "ok"
+
+    spec = ship.spec
+    assert spec.name == "ship"
+    assert spec.description == "Ship an item to an address."
+    schema = spec.input_schema
+    assert schema["required"] == ["item", "to"]
+    assert schema["properties"]["item"]["description"] == "what to ship"
+    assert schema["properties"]["count"]["default"] == 1
+    assert "ctx" not in schema["properties"]  # an optional context is still the context
+
+
+def test_context_parameter_is_not_part_of_the_schema():
+    @tool(name="send", description="Send it.")
+    async def send_it(text: str, ctx: ToolContext) -> str:
+        return text
+
+    assert send_it.name == "send"
+    assert not send_it.is_local
+    assert list(send_it.spec.input_schema["properties"]) == ["text"]
+    assert send_it.context_param == "ctx"
+
+
+def test_plain_def_is_local_and_async_def_is_remote():
+    @tool
+    def local() -> int:
+        """Local."""
+        return 1
+
+    @tool
+    async def remote() -> int:
+        """Remote."""
+        return 1
+
+    assert (local.is_local, remote.is_local) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        pytest.param("def f(x):\n    'Doc.'\n", "needs a type hint", id="untyped"),
+        pytest.param("def f(x: int):\n    pass\n", "description or a docstring", id="no-doc"),
+        pytest.param("async def f():\n    'Doc.'\n    yield 1\n", "generator", id="generator"),
+    ],
+)
+def test_bad_declarations_are_config_errors(source, message):
+    namespace: dict = {}
+    exec(source, namespace)
+    with pytest.raises(ConfigError, match=message):
+        tool(namespace["f"])
+
+
+def test_two_tools_with_one_name_is_a_config_error():
+    @tool
+    def dup() -> int:
+        """One."""
+        return 1
+
+    with pytest.raises(ConfigError, match="two tools are named 'dup'"):
+        Agent(name="a", model=ScriptedModel(lambda r: reply("x")), tools=[dup, dup])
+
+
+# -- input validation ----------------------------------------------------------
+
+
+async def test_invalid_input_is_an_error_result_the_model_can_read(store):
+    ran = []
+
+    @tool
+    def count(n: int) -> int:
+        """Count."""
+        ran.append(n)
+        return n
+
+    result = await run_turn(store, [count], calling(call("count", {"n": "many"}, id="c1")))
+
+    assert isinstance(result, Completed)
+    assert ran == []
+    [message] = await tool_messages(store)
+    assert message.is_error
+    assert message.result["error"].startswith("ToolError: invalid input for count: n:")
+
+
+async def test_unknown_tool_is_an_error_result(store):
+    result = await run_turn(store, [], calling(call("nope", id="c1")))
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert message.result == {"error": "ToolError: unknown tool: nope"}
+
+
+# -- local tools: exactly once, inside the step's transaction -----------------
+
+
+@tool
+def create_order(item: str, ctx: ToolContext) -> dict[str, object]:
+    """Place an order."""
+    ctx.store.execute("CREATE TABLE IF NOT EXISTS orders (item TEXT NOT NULL)")
+    ctx.store.execute("INSERT INTO orders (item) VALUES (?)", [item])
+    [(n,)] = ctx.store.execute("SELECT count(*) FROM orders")
+    return {"item": item, "orders": n, "thread": threading.get_ident()}
+
+
+async def test_local_tool_runs_on_the_store_thread_and_commits_with_the_step(sqlite_store):
+    result = await run_turn(
+        sqlite_store, [create_order], calling(call("create_order", {"item": "tea"}, id="c1"))
+    )
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(sqlite_store)
+    assert message.result["orders"] == 1
+    assert message.result["thread"] == sqlite_store.thread_ident
+    assert message.result["thread"] != threading.get_ident()
+    rows = await sqlite_store._run(lambda c: c.execute("SELECT item FROM orders").fetchall())
+    assert rows == [("tea",)]
+
+
+async def test_local_tool_that_raises_rolls_back_its_writes_and_reports(sqlite_store):
+    @tool
+    def half_done(item: str, ctx: ToolContext) -> str:
+        """Write, then fail."""
+        ctx.store.execute("CREATE TABLE IF NOT EXISTS orders (item TEXT NOT NULL)")
+        ctx.store.execute("INSERT INTO orders (item) VALUES (?)", [item])
+        raise LookupError("no such warehouse")
+
+    result = await run_turn(
+        sqlite_store,
+        [half_done],
+        calling(call("half_done", {"item": "tea"}, id="c1"), final="sorry"),
+    )
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(sqlite_store)
+    assert message.result == {"error": "LookupError: no such warehouse"}
+    tables = await sqlite_store._run(
+        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'orders'").fetchall()
+    )
+    assert tables == []  # even the CREATE TABLE rolled back with the failed call
+    steps = await sqlite_store.load_steps(KEY, result.turn_id)
+    assert steps["tool:1:c1"]["is_error"] is True
+
+
+async def test_tool_cannot_control_the_steps_transaction(sqlite_store):
+    @tool
+    def sneaky(ctx: ToolContext) -> str:
+        """Commit early."""
+        ctx.store.execute("COMMIT")
+        return "committed?"
+
+    await run_turn(sqlite_store, [sneaky], calling(call("sneaky", id="c1")))
+
+    [message] = await tool_messages(sqlite_store)
+    assert message.result == {"error": "StoreError: a tool cannot control the step's transaction"}
+
+
+async def test_def_returning_an_awaitable_fails_that_call_naming_the_tool(store):
+    async def later() -> str:
+        return "late"
+
+    @tool
+    def sloppy() -> object:
+        """Forgot async."""
+        return later()
+
+    result = await run_turn(store, [sloppy], calling(call("sloppy", id="c1")))
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert message.is_error
+    assert "tool sloppy is a plain def that returned an awaitable" in message.result["error"]
+
+
+async def test_memory_store_has_no_handle_so_ctx_store_fails_the_turn():
+    store = MemoryStore()
+    result = await run_turn(store, [create_order], calling(call("create_order", {"item": "x"})))
+
+    assert isinstance(result, Failed)
+    assert result.phase == "tool"
+    assert "FatalToolError" in result.error
+    assert "transactional" in result.error
+
+
+# -- remote tools ---------------------------------------------------------------
+
+
+async def test_remote_tool_gets_a_stable_idempotency_key(store):
+    keys = []
+
+    @tool
+    async def charge(amount: int, ctx: ToolContext) -> str:
+        """Charge a card."""
+        await asyncio.sleep(0)
+        keys.append((ctx.turn_id, ctx.call_id, ctx.idempotency_key))
+        return "charged"
+
+    result = await run_turn(store, [charge], calling(call("charge", {"amount": 5}, id="c1")))
+
+    [(turn_id, call_id, key)] = keys
+    assert (turn_id, call_id) == (result.turn_id, "c1")
+    from agent.tools import idempotency_key
+
+    assert key == idempotency_key(result.turn_id, "c1")
+    assert key != idempotency_key(result.turn_id, "c2")
+    assert len(key) == 32
+
+
+# -- errors as results --------------------------------------------------------
+
+
+class QuotaError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        pytest.param(QuotaError("quota exceeded"), "QuotaError: quota exceeded", id="class-prefix"),
+        pytest.param(Exception("plain words"), "plain words", id="plain-exception"),
+        pytest.param(ValueError(), "ValueError", id="no-message"),
+        pytest.param(RuntimeError("x" * 5000), "RuntimeError: " + "x" * 1986, id="cut-to-2000"),
+    ],
+)
+async def test_tool_that_raises_becomes_an_error_result(store, exc, expected):
+    @tool
+    async def fails() -> str:
+        """Fail."""
+        raise exc
+
+    sink = RecordingSink()
+    result = await run_turn(store, [fails], calling(call("fails", id="c1"), final="handled"), sink)
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert message.result == {"error": expected}
+    assert len(message.result["error"]) <= 2000
+    assert "Traceback" not in message.result["error"]
+    [completed] = [e for e in sink.events if e.type == "action.completed"]
+    assert completed.error == expected
+
+
+async def test_error_result_is_checkpointed_and_not_rerun(store):
+    attempts = []
+
+    @tool
+    async def flaky() -> str:
+        """Fail once."""
+        attempts.append(1)
+        raise OSError("disk full")
+
+    result = await run_turn(store, [flaky], calling(call("flaky", id="c1")))
+    steps = await store.load_steps(KEY, result.turn_id)
+
+    assert steps["tool:1:c1"] == {"result": {"error": "OSError: disk full"}, "is_error": True}
+    assert attempts == [1]
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local", "remote"])
+async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local):
+    if local:
+
+        @tool
+        def doom() -> str:
+            """Break."""
+            raise FatalToolError("deployment is missing its bucket")
+
+    else:
+
+        @tool
+        async def doom() -> str:
+            """Break."""
+            raise FatalToolError("deployment is missing its bucket")
+
+    @tool
+    async def after() -> str:
+        """Never runs."""
+        raise AssertionError("ran after a fatal error")
+
+    sink = RecordingSink()
+    result = await run_turn(
+        store, [doom, after], calling(call("doom", id="c1"), call("after", id="c2")), sink
+    )
+
+    assert isinstance(result, Failed)
+    assert (result.phase, result.step) == ("tool", "tool:1:c1")
+    assert result.error == "FatalToolError: deployment is missing its bucket"
+    # both calls got a closing result, so the next model call sees a valid transcript
+    messages = await tool_messages(store)
+    assert [(m.call_id, m.is_error) for m in messages] == [("c1", True), ("c2", True)]
+    assert sink.types()[-1] == "turn.failed"
