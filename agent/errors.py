@@ -6,6 +6,7 @@ The tree::
     ├── ConfigError            the engine was assembled or called wrongly (our misuse)
     ├── StoreError             the session store could not read or write
     ├── UnknownTurnError       no turn with that id in the session (also a LookupError)
+    ├── RuntimeClosedError     the runtime closed while a caller awaited a turn
     └── TurnError              something about one turn; carries ``turn_id``
         ├── ModelError         the model step failed (retry meaning travels on it)
         ├── ToolError          a tool call could not be made as declared
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "FatalToolError",
     "ModelError",
+    "RuntimeClosedError",
     "StoreError",
     "ToolError",
     "TurnCancelledError",
@@ -48,6 +50,10 @@ class StoreError(AgentError):
 
 class UnknownTurnError(AgentError, LookupError):
     """The session holds no turn with this id."""
+
+
+class RuntimeClosedError(AgentError):
+    """The runtime closed before the awaited turn ended; the next start resumes it."""
 
 
 class TurnError(AgentError):

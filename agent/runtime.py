@@ -87,6 +87,8 @@ class AgentRuntime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for session in self._sessions.values():
+            session.abandon_waiters()
         self._sessions.clear()
 
     async def __aenter__(self) -> AgentRuntime:

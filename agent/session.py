@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent._turn import TurnRun, opening_commit
 from agent.errors import (
+    RuntimeClosedError,
     TurnCancelledError,
     TurnFailedError,
     TurnSuspendedError,
@@ -258,6 +259,19 @@ class AgentSession:
         for waiter in self._waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
+
+    def abandon_waiters(self) -> None:
+        """Tell everyone awaiting a turn that this runtime will not finish it."""
+        for turn_id, waiters in self._waiters.items():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(
+                        RuntimeClosedError(
+                            f"the runtime closed before turn {turn_id} of {self.key} ended; "
+                            "it resumes from its last checkpoint on the next start"
+                        )
+                    )
+        self._waiters.clear()
 
     def _emit(self, event: TurnEvent) -> None:
         for wanted, callback in tuple(self._observers):

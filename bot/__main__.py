@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 
-from agent import AgentRuntime, ConfigError, TurnEvent, open_store
+from agent import AgentRuntime, ConfigError, TurnError, TurnEvent, open_store
 from agent.store import database_path
 from bot import messages
 from bot.config import Settings
@@ -39,7 +40,8 @@ async def run_offline(settings: Settings, given: list[str] | None) -> None:
             session = runtime.session("bot", SESSION)
             await session.observe(_show)
             async for text in _lines(given):
-                await session.turn(text)
+                with contextlib.suppress(TurnError):  # _show printed it as it happened
+                    await session.turn(text)
     finally:
         await store.close()
 

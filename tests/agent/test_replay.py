@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agent import Agent, AgentRuntime, Completed, ToolContext, ToolMessage, tool
 from agent.ports import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
@@ -197,3 +199,24 @@ async def test_recovery_counts_and_skips_agents_not_mounted(store, caplog):
     [record] = await session.turns()
     assert isinstance(await session.result(record.turn_id), Completed)
     await runtime.close()
+
+
+async def test_closing_the_runtime_releases_callers_awaiting_a_turn(store):
+    from agent import RuntimeClosedError
+
+    gate = Gate()
+
+    async def script(request):
+        await gate.hold()
+        return reply("never")
+
+    runtime = AgentRuntime(store, Agent(name="a", model=ScriptedModel(script)))
+    await runtime.start()
+    session = runtime.session("a", "s1")
+    waiting = asyncio.create_task(session.result(await session.start("hi", turn_id="t1")))
+    await gate.reached.wait()
+    await runtime.close()
+
+    with pytest.raises(RuntimeClosedError, match="resumes from its last checkpoint"):
+        await waiting
+    assert (await store.load(KEY)).turns["t1"].status == "running"
