@@ -190,3 +190,26 @@ async def test_proactive_turn_opens_with_a_trigger_message(store):
     )
     assert sink.events[0].trigger == "proactive"
     assert model.requests[0].messages[0].role == "trigger"
+
+
+async def test_thinking_streams_as_reasoning_and_is_kept_with_its_signature(store):
+    from agent import ThinkingBlock
+
+    sink = RecordingSink()
+    model = ScriptedModel(
+        lambda r: reply(
+            "answer",
+            thinking="let me think",
+        ),
+        chunk=5,
+    )
+    async with AgentRuntime(store, Agent(name="a", model=model), sink=sink) as runtime:
+        await runtime.session("a", "s1").turn("hello")
+
+    reasoning = "".join(e.text for e in sink.events if e.type == "reasoning.delta")
+    assert reasoning == "let me think"
+    stored = await store.load(SessionKey("a", "s1"))
+    last = stored.transcript[-1]
+    assert last.content[0] == ThinkingBlock(thinking="let me think", signature="scripted")
+    assert last.usage is not None
+    assert last.usage.input_tokens == 10
