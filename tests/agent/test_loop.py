@@ -213,3 +213,24 @@ async def test_thinking_streams_as_reasoning_and_is_kept_with_its_signature(stor
     assert last.content[0] == ThinkingBlock(thinking="let me think", signature="scripted")
     assert last.usage is not None
     assert last.usage.input_tokens == 10
+
+
+async def test_each_step_is_one_transaction_holding_its_memo_and_its_message(sqlite_store):
+    statements: list[str] = []
+    await sqlite_store._db.set_trace_callback(statements.append)
+    model = ScriptedModel(two_step_script)
+    async with AgentRuntime(sqlite_store, Agent(name="a", model=model, tools=[lookup])) as runtime:
+        await runtime.session("a", "s1").turn("weather?")
+    await sqlite_store._db.set_trace_callback(None)
+
+    transactions: list[list[str]] = []
+    for sql in statements:
+        word = sql.split()[0].upper()
+        if word == "BEGIN":
+            transactions.append([])
+        elif word == "INSERT" and transactions:
+            transactions[-1].append(sql.split()[2])  # the table
+    step_transactions = [t for t in transactions if "steps" in t]
+    # model:1, tool:1:c1, model:3: each alone in its transaction, beside its one message
+    assert len(step_transactions) == 3
+    assert all(sorted(t) == ["messages", "steps"] for t in step_transactions)
