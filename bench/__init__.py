@@ -1,0 +1,1 @@
+"""Benchmarks you can rerun: commands (``python -m bench.<name>``), not tests."""
