@@ -28,40 +28,42 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 # Each entry moves the schema from version i to i + 1. Append, never edit.
 MIGRATIONS: tuple[str, ...] = (
+    # Sessions are numbered so that every other row and index entry carries a small
+    # integer instead of the (agent, session id) text. Transcript rows live in a
+    # rowid table: a ~1 KB message fits in its leaf page there, where a WITHOUT
+    # ROWID row that size would spill to an overflow page on every insert.
     """
     CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY,
         agent TEXT NOT NULL,
         session_id TEXT NOT NULL,
         status TEXT NOT NULL,
         generation INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (agent, session_id)
-    ) WITHOUT ROWID;
+        UNIQUE (agent, session_id)
+    );
     CREATE TABLE turns (
-        agent TEXT NOT NULL,
-        session_id TEXT NOT NULL,
+        session INTEGER NOT NULL REFERENCES sessions (id),
         turn_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         status TEXT NOT NULL,
         record TEXT NOT NULL,
-        PRIMARY KEY (agent, session_id, turn_id)
-    ) WITHOUT ROWID;
+        UNIQUE (session, turn_id)
+    );
     CREATE INDEX turns_unfinished ON turns (status) WHERE status IN ('queued', 'running');
     CREATE TABLE messages (
-        agent TEXT NOT NULL,
-        session_id TEXT NOT NULL,
+        session INTEGER NOT NULL REFERENCES sessions (id),
         idx INTEGER NOT NULL,
         turn_id TEXT NOT NULL,
         role TEXT NOT NULL,
         body TEXT NOT NULL,
-        PRIMARY KEY (agent, session_id, idx)
-    ) WITHOUT ROWID;
+        UNIQUE (session, idx)
+    );
     CREATE TABLE steps (
-        agent TEXT NOT NULL,
-        session_id TEXT NOT NULL,
+        session INTEGER NOT NULL REFERENCES sessions (id),
         turn_id TEXT NOT NULL,
         step_id TEXT NOT NULL,
         result TEXT NOT NULL,
-        PRIMARY KEY (agent, session_id, turn_id, step_id)
+        PRIMARY KEY (session, turn_id, step_id)
     ) WITHOUT ROWID;
     """,
 )
@@ -94,6 +96,7 @@ class SQLiteStore:
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
         self._db = db
+        self._ids = _SessionIds()
         self.path = path
 
     @classmethod
@@ -143,14 +146,13 @@ class SQLiteStore:
         return result
 
     async def load(self, key: SessionKey) -> StoredSession:
-        return await self._run(_load, key)
+        return await self._run(_load, self._ids, key)
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
-        return await self._run(_load_steps, key, turn_id)
+        return await self._run(_load_steps, self._ids, key, turn_id)
 
     async def commit(self, key: SessionKey, commit: Commit) -> None:
-        rows = _rows(key, commit)
-        await self._run(_write, rows)
+        await self._run(_write, self._ids, key, _rows(commit))
 
     async def commit_with(
         self,
@@ -158,7 +160,7 @@ class SQLiteStore:
         work: Callable[[Any], T],
         record: Callable[[T | Exception], Commit],
     ) -> Commit:
-        return await self._run(_work_and_write, key, work, record)
+        return await self._run(_work_and_write, self._ids, key, work, record)
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return await self._run(_unfinished)
@@ -195,17 +197,13 @@ def _configure(conn: sqlite3.Connection, synchronous: Synchronous) -> None:
             raise
 
 
-_Rows = tuple[
-    list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...] | None, tuple[Any, ...] | None
-]
+_Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...] | None, str | None]
 
 
-def _rows(key: SessionKey, commit: Commit) -> _Rows:
-    agent, sid = key.agent, key.session_id
+def _rows(commit: Commit) -> _Rows:
+    """Serialise a commit's rows (off the connection thread; the session id comes later)."""
     messages = [
         (
-            agent,
-            sid,
             m.index,
             m.message.turn_id,
             m.message.role,
@@ -213,56 +211,84 @@ def _rows(key: SessionKey, commit: Commit) -> _Rows:
         )
         for m in commit.messages
     ]
-    steps = [(agent, sid, s.turn_id, s.step_id, dumps(s.result)) for s in commit.steps]
+    steps = [(s.turn_id, s.step_id, dumps(s.result)) for s in commit.steps]
     turn = None
     if commit.turn is not None:
         t = commit.turn
-        turn = (agent, sid, t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
-    status = (agent, sid, commit.status) if commit.status is not None else None
-    return messages, steps, turn, status
+        turn = (t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
+    return messages, steps, turn, commit.status
 
 
-def _apply(conn: sqlite3.Connection, rows: _Rows) -> None:
+class _SessionIds:
+    """Numbers sessions; touched only on the connection thread, so it needs no lock."""
+
+    def __init__(self) -> None:
+        self._ids: dict[SessionKey, int] = {}
+
+    def find(self, conn: sqlite3.Connection, key: SessionKey) -> int | None:
+        found = self._ids.get(key)
+        if found is None:
+            row = conn.execute(
+                "SELECT id FROM sessions WHERE agent = ? AND session_id = ?",
+                (key.agent, key.session_id),
+            ).fetchone()
+            if row is not None:
+                found = self._ids[key] = row[0]
+        return found
+
+    def ensure(self, conn: sqlite3.Connection, key: SessionKey) -> int:
+        found = self.find(conn, key)
+        if found is None:
+            cursor = conn.execute(
+                "INSERT INTO sessions (agent, session_id, status) VALUES (?, ?, 'new')",
+                (key.agent, key.session_id),
+            )
+            assert cursor.lastrowid is not None
+            found = self._ids[key] = cursor.lastrowid
+        return found
+
+    def forget(self) -> None:
+        # a rolled-back transaction may have taken back an id we just handed out
+        self._ids.clear()
+
+
+def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
     messages, steps, turn, status = rows
     if messages:
         conn.executemany(
-            "INSERT INTO messages (agent, session_id, idx, turn_id, role, body)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            messages,
+            "INSERT INTO messages (session, idx, turn_id, role, body) VALUES (?, ?, ?, ?, ?)",
+            [(sid, *m) for m in messages],
         )
     if steps:
         conn.executemany(
-            "INSERT INTO steps (agent, session_id, turn_id, step_id, result)"
-            " VALUES (?, ?, ?, ?, ?)",
-            steps,
+            "INSERT INTO steps (session, turn_id, step_id, result) VALUES (?, ?, ?, ?)",
+            [(sid, *st) for st in steps],
         )
     if turn is not None:
         conn.execute(
-            "INSERT INTO turns (agent, session_id, turn_id, seq, status, record)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent, session_id, turn_id)"
+            "INSERT INTO turns (session, turn_id, seq, status, record) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (session, turn_id)"
             " DO UPDATE SET status = excluded.status, record = excluded.record",
-            turn,
+            (sid, *turn),
         )
     if status is not None:
-        conn.execute(
-            "INSERT INTO sessions (agent, session_id, status) VALUES (?, ?, ?)"
-            " ON CONFLICT (agent, session_id) DO UPDATE SET status = excluded.status",
-            status,
-        )
+        conn.execute("UPDATE sessions SET status = ? WHERE id = ?", (status, sid))
 
 
-def _write(conn: sqlite3.Connection, rows: _Rows) -> None:
+def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
     conn.execute("BEGIN")
     try:
-        _apply(conn, rows)
+        _apply(conn, ids.ensure(conn, key), rows)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
+        ids.forget()
         raise
 
 
 def _work_and_write(
     conn: sqlite3.Connection,
+    ids: _SessionIds,
     key: SessionKey,
     work: Callable[[Any], T],
     record: Callable[[T | Exception], Commit],
@@ -282,46 +308,50 @@ def _work_and_write(
             handle.is_open = False
         conn.execute("RELEASE tool_call")
         commit = record(outcome)
-        _apply(conn, _rows(key, commit))
+        _apply(conn, ids.ensure(conn, key), _rows(commit))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        ids.forget()
         raise
     return commit
 
 
-def _load(conn: sqlite3.Connection, key: SessionKey) -> StoredSession:
-    args = (key.agent, key.session_id)
-    row = conn.execute(
-        "SELECT status FROM sessions WHERE agent = ? AND session_id = ?", args
-    ).fetchone()
+def _load(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey) -> StoredSession:
+    sid = ids.find(conn, key)
+    if sid is None:
+        return StoredSession()
+    [status] = conn.execute("SELECT status FROM sessions WHERE id = ?", (sid,)).fetchone()
     bodies = conn.execute(
-        "SELECT body FROM messages WHERE agent = ? AND session_id = ? ORDER BY idx", args
+        "SELECT body FROM messages WHERE session = ? ORDER BY idx", (sid,)
     ).fetchall()
     records = conn.execute(
-        "SELECT record FROM turns WHERE agent = ? AND session_id = ? ORDER BY seq", args
+        "SELECT record FROM turns WHERE session = ? ORDER BY seq", (sid,)
     ).fetchall()
     transcript = MESSAGES_ADAPTER.validate_json("[" + ",".join(b for (b,) in bodies) + "]")
     turns = {}
     for (body,) in records:
         record = TURN_RECORD_ADAPTER.validate_json(body)
         turns[record.turn_id] = record
-    return StoredSession(status=row[0] if row else "new", transcript=transcript, turns=turns)
+    return StoredSession(status=status, transcript=transcript, turns=turns)
 
 
-def _load_steps(conn: sqlite3.Connection, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
+def _load_steps(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, turn_id: str
+) -> dict[str, JsonValue]:
+    sid = ids.find(conn, key)
     rows = conn.execute(
-        "SELECT step_id, result FROM steps WHERE agent = ? AND session_id = ? AND turn_id = ?",
-        (key.agent, key.session_id, turn_id),
+        "SELECT step_id, result FROM steps WHERE session = ? AND turn_id = ?", (sid, turn_id)
     ).fetchall()
     return {step_id: loads(result) for step_id, result in rows}
 
 
 def _unfinished(conn: sqlite3.Connection) -> list[tuple[SessionKey, TurnRecord]]:
     rows = conn.execute(
-        "SELECT agent, session_id, record FROM turns WHERE status IN ('queued', 'running')"
-        " ORDER BY agent, session_id, seq"
+        "SELECT s.agent, s.session_id, t.record FROM turns AS t JOIN sessions AS s"
+        " ON s.id = t.session WHERE t.status IN ('queued', 'running')"
+        " ORDER BY s.agent, s.session_id, t.seq"
     ).fetchall()
     return [
         (SessionKey(agent, sid), TURN_RECORD_ADAPTER.validate_json(body))

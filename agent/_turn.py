@@ -95,10 +95,9 @@ class TurnRun:
         await self._open()
         self._emit(TurnStarted, trigger=self._record.input.trigger)
         try:
-            text = await self._loop()
+            return await self._loop()
         except _StepFailed as failure:
             return await self._fail(failure.error, phase=failure.phase, step=failure.step)
-        return await self._complete(text)
 
     async def _open(self) -> None:
         if self._record.opening_index is not None:
@@ -106,17 +105,19 @@ class TurnRun:
         _, commit = opening_commit(self._record, len(self._transcript))
         await self._commit(commit)
 
-    async def _loop(self) -> str:
+    async def _loop(self) -> TurnResult:
         while True:
             last = self._transcript[-1]
             if isinstance(last, AssistantMessage) and not last.tool_calls:
-                return last.text
+                return await self._complete(last.text)  # ended, but not yet marked so
             owed, at = self._owed_calls()
             if owed:
                 for call in owed:
                     await self._tool_step(at, call)
-            else:
-                await self._model_step(len(self._transcript))
+                continue
+            ended = await self._model_step(len(self._transcript))
+            if ended is not None:
+                return ended
 
     def _owed_calls(self) -> tuple[tuple[ToolCall, ...], int]:
         """The calls of the newest assistant message that still have no result."""
@@ -133,7 +134,8 @@ class TurnRun:
 
     # -- model steps ---------------------------------------------------------
 
-    async def _model_step(self, index: int) -> None:
+    async def _model_step(self, index: int) -> TurnResult | None:
+        """Ask the model and commit its reply; a reply with no tool call also ends the turn."""
         step = f"model:{index}"
         reply = await self._ask_model(step)
         message = AssistantMessage(
@@ -142,15 +144,17 @@ class TurnRun:
             stop_reason=reply.stop_reason,
             usage=reply.usage,
         )
-        memo = {"stop_reason": reply.stop_reason, "usage": dataclasses.asdict(reply.usage)}
-        await self._commit(
-            Commit(
-                messages=(StoredMessage(index, message),),
-                steps=(StoredStep(step, self.turn_id, memo),),
-            )
+        # the memo points at the message it committed with; the reply is stored once
+        committed = (
+            (StoredMessage(index, message),),
+            (StoredStep(step, self.turn_id, {"message": index}),),
         )
+        if not message.tool_calls:
+            return await self._complete(message.text, committed)
+        await self._commit(Commit(messages=committed[0], steps=committed[1]))
         if message.text:
             self._emit(MessageCompleted, text=message.text, index=index)
+        return None
 
     async def _ask_model(self, step: str) -> ModelReply:
         request = ModelRequest(
@@ -260,18 +264,28 @@ class TurnRun:
         return ToolMessage(turn_id=self.turn_id, call_id=call.id, name=call.name, result=result)
 
     def _tool_commit(self, step: str, message: ToolMessage, *, offset: int = 0) -> Commit:
-        memo = {"result": message.result, "is_error": message.is_error}
+        index = len(self._transcript) + offset
+        memo = {"message": index, "is_error": message.is_error}
         return Commit(
-            messages=(StoredMessage(len(self._transcript) + offset, message),),
+            messages=(StoredMessage(index, message),),
             steps=(StoredStep(step, self.turn_id, memo),),
         )
 
     # -- ending --------------------------------------------------------------
 
-    async def _complete(self, text: str) -> TurnResult:
+    async def _complete(
+        self,
+        text: str,
+        final: tuple[tuple[StoredMessage, ...], tuple[StoredStep, ...]] = ((), ()),
+    ) -> TurnResult:
+        """Mark the turn completed, in the same transaction as its final reply when given."""
         result = Completed(turn_id=self.turn_id, text=text)
         record = dataclasses.replace(self._record, status="completed", result=result)
-        await self._commit(Commit(turn=record, status="idle"))
+        messages, steps = final
+        await self._commit(Commit(messages=messages, steps=steps, turn=record, status="idle"))
+        for stored in messages:
+            if text:
+                self._emit(MessageCompleted, text=text, index=stored.index)
         self._emit(TurnCompleted, text=text)
         return result
 

@@ -138,7 +138,6 @@ class Child:
             # emitted right after the model step's commit
             "model_commit": lambda: event.type == "message.completed" and event.index == 1,
             "batch_model_commit": lambda: event.type == "message.completed" and event.index == 3,
-            "final_model_commit": lambda: event.type == "message.completed" and event.index == 7,
             # emitted right after the tool step's commit
             "local_commit": lambda: event.type == "action.completed" and event.call_id == "c1",
             "batch_between": lambda: event.type == "action.completed" and event.call_id == "c2",

@@ -54,11 +54,12 @@ async def test_steps_are_memoised_under_model_and_tool_ids(store):
     steps = await store.load_steps(SessionKey("a", "s1"), done.turn_id)
     # model:1 is the reply at transcript index 1; tool:1:c1 is the call that reply made
     assert set(steps) == {"model:1", "tool:1:c1", "model:3"}
-    assert steps["tool:1:c1"] == {
-        "result": {"city": "Paris", "weather": "sunny"},
-        "is_error": False,
+    # each memo points at the message it committed with: results are stored once
+    assert steps == {
+        "model:1": {"message": 1},
+        "tool:1:c1": {"message": 2, "is_error": False},
+        "model:3": {"message": 3},
     }
-    assert steps["model:3"]["stop_reason"] == "end_turn"
 
 
 async def test_model_step_commits_memo_and_message_together(sqlite_store):
@@ -68,8 +69,8 @@ async def test_model_step_commits_memo_and_message_together(sqlite_store):
 
     messages = await sqlite_store.dump_table("messages")
     steps = await sqlite_store.dump_table("steps")
-    assert sorted(r[2] for r in messages) == [0, 1, 2, 3]
-    assert sorted(r[3] for r in steps) == ["model:1", "model:3", "tool:1:c1"]
+    assert sorted(r[1] for r in messages) == [0, 1, 2, 3]  # (session, idx, ...)
+    assert sorted(r[2] for r in steps) == ["model:1", "model:3", "tool:1:c1"]
 
 
 async def test_second_turn_sees_the_whole_thread(store):
@@ -231,6 +232,10 @@ async def test_each_step_is_one_transaction_holding_its_memo_and_its_message(sql
         elif word == "INSERT" and transactions:
             transactions[-1].append(sql.split()[2])  # the table
     step_transactions = [t for t in transactions if "steps" in t]
-    # model:1, tool:1:c1, model:3: each alone in its transaction, beside its one message
-    assert len(step_transactions) == 3
-    assert all(sorted(t) == ["messages", "steps"] for t in step_transactions)
+    # model:1, tool:1:c1, model:3: each alone in its transaction, beside its one message;
+    # the final reply also marks the turn completed in that same transaction
+    assert [sorted(t) for t in step_transactions] == [
+        ["messages", "steps"],
+        ["messages", "steps"],
+        ["messages", "steps", "turns"],
+    ]

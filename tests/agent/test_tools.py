@@ -318,7 +318,9 @@ async def test_error_result_is_checkpointed_and_not_rerun(store):
     result = await run_turn(store, [flaky], calling(call("flaky", id="c1")))
     steps = await store.load_steps(KEY, result.turn_id)
 
-    assert steps["tool:1:c1"] == {"result": {"error": "OSError: disk full"}, "is_error": True}
+    assert steps["tool:1:c1"] == {"message": 2, "is_error": True}
+    [message] = await tool_messages(store)
+    assert message.result == {"error": "OSError: disk full"}
     assert attempts == [1]
 
 
