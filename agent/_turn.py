@@ -40,7 +40,7 @@ from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredS
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
 from agent.turns import Completed, Failed, TurnRecord, TurnResult
 
-__all__ = ["TurnRun", "opening_commit"]
+__all__ = ["TurnRun", "apply_commit", "opening_commit"]
 
 NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 
@@ -49,6 +49,15 @@ class _StepFailed(Exception):
     def __init__(self, error: str, *, phase: str, step: str) -> None:
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
+
+
+def apply_commit(state: StoredSession, commit: Commit) -> None:
+    """Mirror a committed transaction into the session's in-memory state."""
+    state.transcript.extend(stored.message for stored in commit.messages)
+    if commit.turn is not None:
+        state.turns[commit.turn.turn_id] = commit.turn
+    if commit.status is not None:
+        state.status = commit.status
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
@@ -283,9 +292,8 @@ class TurnRun:
         record = dataclasses.replace(self._record, status="completed", result=result)
         messages, steps = final
         await self._commit(Commit(messages=messages, steps=steps, turn=record, status="idle"))
-        for stored in messages:
-            if text:
-                self._emit(MessageCompleted, text=text, index=stored.index)
+        if messages and text:
+            self._emit(MessageCompleted, text=text, index=messages[0].index)
         self._emit(TurnCompleted, text=text)
         return result
 
@@ -320,14 +328,9 @@ class TurnRun:
         self._apply(commit)
 
     def _apply(self, commit: Commit) -> None:
-        """Mirror a committed transaction into the session's in-memory state."""
-        for stored in commit.messages:
-            self._transcript.append(stored.message)
+        apply_commit(self._state, commit)
         if commit.turn is not None:
             self._record = commit.turn
-            self._state.turns[commit.turn.turn_id] = commit.turn
-        if commit.status is not None:
-            self._state.status = commit.status
 
     def _emit(self, event_type: type[Any], **fields: Any) -> None:
         self._seq += 1

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from agent._turn import TurnRun, opening_commit
+from agent._turn import TurnRun, apply_commit, opening_commit
 from agent.errors import (
     RuntimeClosedError,
     TurnCancelledError,
@@ -119,10 +119,7 @@ class AgentSession:
             else:
                 commit = Commit(turn=record)
             await self._runtime.store.commit(self.key, commit)
-            state.transcript.extend(m.message for m in commit.messages)
-            state.turns[turn_id] = record
-            if commit.status is not None:
-                state.status = commit.status
+            apply_commit(state, commit)
             self._enqueue(turn_id)
         return turn_id
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -67,8 +68,8 @@ class ScriptedModel:
                 sum(1 for m in request.messages if m.role == "assistant") % len(replies)
             ]
         self._chunk = chunk
-        self.requests: list[ModelRequest] = []
-        """Every request this model was asked, in order."""
+        self.requests: deque[ModelRequest] = deque(maxlen=10_000)
+        """The requests this model was asked, oldest first (the last 10,000)."""
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream the scripted reply for ``request``."""
