@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from agent._turn import TurnRun, apply_commit, opening_commit
 from agent.errors import (
     RuntimeClosedError,
+    StoreError,
     TurnCancelledError,
     TurnFailedError,
     TurnSuspendedError,
@@ -71,6 +72,8 @@ class AgentSession:
         self._active: str | None = None
         self._waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
         self._observers: list[tuple[str | None, Observer]] = []
+        self._halted: str | None = None
+        """Why this session stopped running turns until the next start, if it did."""
 
     async def _loaded(self) -> StoredSession:
         # read once, then kept current by the turns themselves: no step rereads history
@@ -102,8 +105,17 @@ class AgentSession:
 
         Returns:
             The turn's id.
+
+        Raises:
+            StoreError: The store failed, or an earlier store failure halted this
+                session until the runtime starts again.
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
+        if self._halted is not None:
+            raise StoreError(
+                f"{self.key} halted after an internal error ({self._halted}); "
+                "its turns resume when the runtime starts again"
+            )
         async with self._admit_lock:
             state = await self._loaded()
             turn_id = turn_id or uuid.uuid4().hex
@@ -249,10 +261,14 @@ class AgentSession:
         try:
             result = await run.run()
         except Exception as exc:
-            # the store failed under the turn: what committed stays, and the turn is
-            # still unfinished on disk, so the next start-up resumes it
+            # The store failed under the turn. What committed stays and the turn is still
+            # unfinished on disk, so the next start-up resumes it. Running the next turn
+            # now would append after a half-finished one (a tool call with no result
+            # wedges every later model call), so the session halts until then.
             logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
-            result = Failed(turn_id=turn_id, error=f"internal error: {describe_error(exc)}")
+            self._halted = describe_error(exc)
+            self._queue.clear()
+            result = Failed(turn_id=turn_id, error=f"internal error: {self._halted}")
         for waiter in self._waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)

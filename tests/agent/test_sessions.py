@@ -11,6 +11,9 @@ from agent import (
     AgentRuntime,
     Completed,
     ConfigError,
+    Failed,
+    MemoryStore,
+    StoreError,
     TurnFailedError,
     TurnInput,
     UnknownTurnError,
@@ -199,3 +202,64 @@ async def test_a_failing_observer_does_not_stop_the_turn(store, caplog):
 
     assert done.text == "Sunny in Oslo."
     assert "an observer of a/s1 failed" in caplog.text
+
+
+class FailingStore(MemoryStore):
+    """A memory store whose disk "fails" on chosen commits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_on_commit: int | None = None
+        self.commits = 0
+
+    def _count(self) -> None:
+        self.commits += 1
+        if self.commits == self.fail_on_commit:
+            raise StoreError("disk I/O error")
+
+    async def commit(self, key, commit):
+        self._count()
+        await super().commit(key, commit)
+
+    async def commit_with(self, key, work, record):
+        self._count()
+        return await super().commit_with(key, work, record)
+
+
+async def test_a_store_failure_halts_the_session_instead_of_wedging_it():
+    store = FailingStore()
+
+    def script(request):
+        if request.messages[-1].role == "user":
+            return reply("", call("lookup", {"city": "Oslo"}))
+        return reply("done")
+
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(script), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        store.fail_on_commit = 4  # opening one, queueing two, model step, then the tool step
+        first = await session.start("one")
+        second = await session.start("two")
+        result = await session.result(first)
+        with pytest.raises(StoreError, match="halted after an internal error"):
+            await session.start("three")
+
+    assert isinstance(result, Failed)
+    assert result.error == "internal error: StoreError: disk I/O error"
+    stored = await store.load(SessionKey("a", "s1"))
+    # the second turn never opened after the half-finished first one
+    assert [m.role for m in stored.transcript] == ["user", "assistant"]
+    assert stored.turns[second].status == "queued"
+
+    # the next start resumes both, in order, from the last checkpoint
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(script), tools=[lookup])
+    ) as rt:
+        session = rt.session("a", "s1")
+        assert (await session.result(second)).status == "completed"
+        assert (await session.result(first)).status == "completed"
+    stored = await store.load(SessionKey("a", "s1"))
+    assert [m.role for m in stored.transcript] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant",
+    ]  # fmt: skip
