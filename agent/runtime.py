@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -32,9 +33,26 @@ class AgentRuntime:
     """
 
     def __init__(
-        self, store: SessionStore, agents: Agent | Sequence[Agent], *, sink: EventSink | None = None
+        self,
+        store: SessionStore,
+        agents: Agent | Sequence[Agent],
+        *,
+        sink: EventSink | None = None,
+        max_loaded_sessions: int = 1000,
     ) -> None:
+        """Host ``agents`` on ``store``.
+
+        Args:
+            store: Where sessions live.
+            agents: The agents whose sessions this runtime runs.
+            sink: Receives every event of every turn.
+            max_loaded_sessions: How many sessions keep their transcript in memory;
+                beyond it, the least recently used idle ones are dropped and read
+                again when next used, so a long-lived bot does not grow without bound.
+        """
         self.store = store
+        self._max_loaded = max_loaded_sessions
+        self._loaded: OrderedDict[SessionKey, AgentSession] = OrderedDict()
         self._agents: dict[str, Agent] = {}
         for agent in [agents] if isinstance(agents, Agent) else agents:
             if agent.name in self._agents:
@@ -63,6 +81,19 @@ class AgentRuntime:
             session = self._sessions[key] = AgentSession(self, key)
         return session
 
+    def note_loaded(self, session: AgentSession) -> None:
+        """Mark ``session`` as just used, and unload idle ones beyond the limit."""
+        self._loaded[session.key] = session
+        self._loaded.move_to_end(session.key)
+        if len(self._loaded) <= self._max_loaded:
+            return
+        for key, candidate in list(self._loaded.items()):
+            if len(self._loaded) <= self._max_loaded:
+                break
+            if candidate is not session and candidate.is_idle:
+                candidate.unload()
+                del self._loaded[key]
+
     async def start(self) -> int:
         """Resume every unfinished turn in the store; return how many were queued."""
         recovered = 0
@@ -90,6 +121,7 @@ class AgentRuntime:
         for session in self._sessions.values():
             session.abandon_waiters()
         self._sessions.clear()
+        self._loaded.clear()
 
     async def __aenter__(self) -> AgentRuntime:
         await self.start()

@@ -81,7 +81,25 @@ class AgentSession:
             async with self._load_lock:
                 if self._state is None:
                     self._state = await self._runtime.store.load(self.key)
+        self._runtime.note_loaded(self)
         return self._state
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing runs, waits, watches or is being admitted here right now."""
+        return (
+            self._worker is None
+            and not self._queue
+            and not self._waiters
+            and not self._observers
+            and not self._admit_lock.locked()
+            and not self._load_lock.locked()
+        )
+
+    def unload(self) -> None:
+        """Drop the in-memory copy of an idle session; the next use reads it again."""
+        if self.is_idle:
+            self._state = None
 
     async def status(self) -> SessionStatus:
         """``new``, ``idle``, ``running`` or ``suspended``."""

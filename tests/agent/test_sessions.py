@@ -263,3 +263,19 @@ async def test_a_store_failure_halts_the_session_instead_of_wedging_it():
     assert [m.role for m in stored.transcript] == [
         "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant",
     ]  # fmt: skip
+
+
+async def test_idle_sessions_beyond_the_limit_are_unloaded_and_read_again(store):
+    model = ScriptedModel(lambda r: reply(f"seen {len(r.messages)}"))
+    runtime = AgentRuntime(store, Agent(name="a", model=model), max_loaded_sessions=2)
+    async with runtime:
+        first = runtime.session("a", "s1")
+        await first.turn("one")
+        for other in ("s2", "s3"):
+            await runtime.session("a", other).turn("hi")
+        assert first._state is None  # the least recently used idle session went
+        again = await first.turn("two")
+        assert runtime.session("a", "s1") is first
+        assert len(runtime._loaded) == 2
+
+    assert again.text == "seen 3"  # its history came back from the store
