@@ -85,14 +85,14 @@ class AgentRuntime:
         """Mark ``session`` as just used, and unload idle ones beyond the limit."""
         self._loaded[session.key] = session
         self._loaded.move_to_end(session.key)
-        if len(self._loaded) <= self._max_loaded:
-            return
-        for key, candidate in list(self._loaded.items()):
-            if len(self._loaded) <= self._max_loaded:
-                break
-            if candidate is not session and candidate.is_idle:
-                candidate.unload()
-                del self._loaded[key]
+        while len(self._loaded) > self._max_loaded:
+            for candidate in self._loaded.values():  # least recently used first
+                if candidate is not session and candidate.is_idle:
+                    break
+            else:
+                return  # every loaded session is busy; keep them all for now
+            candidate.unload()
+            del self._loaded[candidate.key]
 
     async def start(self) -> int:
         """Resume every unfinished turn in the store; return how many were queued."""
