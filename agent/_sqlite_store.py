@@ -71,8 +71,18 @@ MIGRATIONS: tuple[str, ...] = (
 _TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
+_TRANSACTION_ACTIONS = frozenset({sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT})
+
+
 class _TransactionHandle:
-    """The connection as a local tool sees it: statements only, inside our transaction."""
+    """The connection as a local tool sees it: statements only, inside our transaction.
+
+    Two locks keep the tool from ending the step's transaction: a check of the
+    statement's first word, and an SQLite authorizer that denies transaction
+    statements while a tool runs (it also sees ``/* */ COMMIT`` and the like).
+    The first is needed too: a statement the engine already prepared (its own
+    ``COMMIT``) comes from the cache without asking the authorizer again.
+    """
 
     __slots__ = ("_conn", "is_open")
 
@@ -86,6 +96,11 @@ class _TransactionHandle:
         if sql.lstrip().upper().startswith(_TRANSACTION_CONTROL):
             raise StoreError("a tool cannot control the step's transaction")
         return self._conn.execute(sql, parameters).fetchall()
+
+    def authorize(self, action: int, *_: object) -> int:
+        if self.is_open and action in _TRANSACTION_ACTIONS:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
 
 
 class SQLiteStore:
@@ -281,7 +296,8 @@ def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _R
         _apply(conn, ids.ensure(conn, key), rows)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
+            conn.execute("ROLLBACK")
         ids.forget()
         raise
 
@@ -298,14 +314,18 @@ def _work_and_write(
     try:
         conn.execute("SAVEPOINT tool_call")
         outcome: T | Exception
+        failed = False
+        conn.set_authorizer(handle.authorize)
         try:
             outcome = work(handle)
         except Exception as exc:
-            # the tool's own writes go; the step still commits, with the error as its result
-            conn.execute("ROLLBACK TO tool_call")
-            outcome = exc
+            outcome, failed = exc, True
         finally:
             handle.is_open = False
+            conn.set_authorizer(None)
+        if failed:
+            # the tool's own writes go; the step still commits, with the error as its result
+            conn.execute("ROLLBACK TO tool_call")
         conn.execute("RELEASE tool_call")
         commit = record(outcome)
         _apply(conn, ids.ensure(conn, key), _rows(commit))

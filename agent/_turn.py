@@ -8,12 +8,13 @@ what committed and runs only what is still owed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from agent.definition import Agent
-from agent.errors import FatalToolError, ModelError, ToolError
+from agent.errors import FatalToolError, ModelError, StoreError, ToolError
 from agent.events import (
     ActionCompleted,
     ActionRequested,
@@ -40,7 +41,7 @@ from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredS
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
 from agent.turns import Completed, Failed, TurnRecord, TurnResult
 
-__all__ = ["TurnRun", "apply_commit", "opening_commit"]
+__all__ = ["TurnRun", "apply_commit", "commit_durably", "opening_commit"]
 
 NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 
@@ -49,6 +50,23 @@ class _StepFailed(Exception):
     def __init__(self, error: str, *, phase: str, step: str) -> None:
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
+
+
+async def commit_durably(
+    store: SessionStore, key: SessionKey, state: StoredSession, commit: Commit
+) -> None:
+    """Write ``commit`` and mirror it in ``state``, even if the caller is cancelled meanwhile.
+
+    The write runs on the store's thread and finishes whatever happens to the
+    awaiting task; were the mirror skipped, memory and disk would disagree about
+    the transcript and every later append would collide.
+    """
+
+    async def write_then_mirror() -> None:
+        await store.commit(key, commit)
+        apply_commit(state, commit)
+
+    await asyncio.shield(write_then_mirror())
 
 
 def apply_commit(state: StoredSession, commit: Commit) -> None:
@@ -117,6 +135,11 @@ class TurnRun:
     async def _loop(self) -> TurnResult:
         while True:
             last = self._transcript[-1]
+            if last.turn_id != self.turn_id:
+                raise StoreError(
+                    f"{self._key}: turn {self.turn_id} is not at the end of the transcript "
+                    f"(turn {last.turn_id} is); refusing to continue it out of order"
+                )
             if isinstance(last, AssistantMessage) and not last.tool_calls:
                 return await self._complete(last.text)  # ended, but not yet marked so
             owed, at = self._owed_calls()
@@ -186,6 +209,11 @@ class TurnRun:
             raise _StepFailed(str(exc), phase="model", step=step) from exc
         except Exception as exc:
             raise _StepFailed(describe_error(exc), phase="model", step=step) from exc
+        except asyncio.CancelledError as exc:
+            if _is_being_cancelled():
+                raise
+            # the model's own plumbing was cancelled, not this turn
+            raise _StepFailed(describe_error(exc), phase="model", step=step) from exc
         return _checked(reply, step)
 
     # -- tool steps ----------------------------------------------------------
@@ -239,8 +267,12 @@ class TurnRun:
                 return self._tool_commit(step, self._tool_message(call, error=outcome))
             return self._tool_commit(step, self._tool_message(call, result=outcome))
 
-        commit = await self._store.commit_with(self._key, work, record)
-        self._apply(commit)
+        async def write_then_mirror() -> Commit:
+            written = await self._store.commit_with(self._key, work, record)
+            apply_commit(self._state, written)
+            return written
+
+        commit = await asyncio.shield(write_then_mirror())  # see commit_durably
         message = commit.messages[0].message
         assert isinstance(message, ToolMessage)
         return message
@@ -256,11 +288,16 @@ class TurnRun:
             raise
         except Exception as exc:
             message = self._tool_message(call, error=exc)
+        except asyncio.CancelledError as exc:
+            if _is_being_cancelled():
+                raise
+            # something the tool awaited was cancelled, not this turn: the call failed
+            message = self._tool_message(call, error=exc)
         await self._commit(self._tool_commit(step, message))
         return message
 
     def _tool_message(
-        self, call: ToolCall, *, result: JsonValue = None, error: Exception | None = None
+        self, call: ToolCall, *, result: JsonValue = None, error: BaseException | None = None
     ) -> ToolMessage:
         if error is not None:
             return ToolMessage(
@@ -324,11 +361,10 @@ class TurnRun:
     # -- plumbing ------------------------------------------------------------
 
     async def _commit(self, commit: Commit) -> None:
-        await self._store.commit(self._key, commit)
-        self._apply(commit)
+        await commit_durably(self._store, self._key, self._state, commit)
+        self._note(commit)
 
-    def _apply(self, commit: Commit) -> None:
-        apply_commit(self._state, commit)
+    def _note(self, commit: Commit) -> None:
         if commit.turn is not None:
             self._record = commit.turn
 
@@ -342,6 +378,12 @@ class TurnRun:
             **fields,
         )
         self._emit_to(event)
+
+
+def _is_being_cancelled() -> bool:
+    """Whether the task running this turn was asked to stop (a shutdown, a deploy)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _checked(reply: ModelReply | None, step: str) -> ModelReply:

@@ -9,7 +9,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from agent.definition import Agent
-from agent.errors import ConfigError
+from agent.errors import ConfigError, RuntimeClosedError
 from agent.events import TurnEvent
 from agent.ports import EventSink, SessionKey, SessionStore
 from agent.session import AgentSession
@@ -61,6 +61,7 @@ class AgentRuntime:
         self._sink = sink
         self._sessions: dict[SessionKey, AgentSession] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._is_closed = False
 
     def agent(self, name: str) -> Agent:
         """The agent registered under ``name``.
@@ -114,6 +115,7 @@ class AgentRuntime:
 
     async def close(self) -> None:
         """Stop running turns at once; they stay unfinished on disk for the next start."""
+        self._is_closed = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -130,8 +132,20 @@ class AgentRuntime:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    def check_open(self) -> None:
+        """Refuse new work once the runtime is closed.
+
+        Raises:
+            RuntimeClosedError: `close` was called.
+        """
+        if self._is_closed:
+            raise RuntimeClosedError("this runtime is closed; start a new one to run turns")
+
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
         """Run ``work`` as a task the runtime keeps a reference to and cancels on close."""
+        if self._is_closed:
+            work.close()
+            raise RuntimeClosedError("this runtime is closed; start a new one to run turns")
         task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._reap)

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from agent._turn import TurnRun, apply_commit, opening_commit
+from agent._turn import TurnRun, commit_durably, opening_commit
 from agent.errors import (
     RuntimeClosedError,
     StoreError,
@@ -127,20 +127,22 @@ class AgentSession:
         Raises:
             StoreError: The store failed, or an earlier store failure halted this
                 session until the runtime starts again.
+            RuntimeClosedError: The runtime was closed.
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
-        if self._halted is not None:
-            raise StoreError(
-                f"{self.key} halted after an internal error ({self._halted}); "
-                "its turns resume when the runtime starts again"
-            )
+        self._runtime.check_open()
         async with self._admit_lock:
             state = await self._loaded()
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
+            if known is None or known.status in TURN_STATUSES_UNFINISHED:
+                self._refuse_if_halted()
             if known is not None:
                 self._enqueue_unfinished(known)
                 return turn_id
+            # an unfinished turn this process has not picked up yet runs first
+            for record in sorted(state.turns.values(), key=lambda t: t.seq):
+                self._enqueue_unfinished(record)
             seq = max((t.seq for t in state.turns.values()), default=0) + 1
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
             if self._worker is None and not self._queue:
@@ -148,10 +150,16 @@ class AgentSession:
                 record, commit = opening_commit(record, len(state.transcript))
             else:
                 commit = Commit(turn=record)
-            await self._runtime.store.commit(self.key, commit)
-            apply_commit(state, commit)
+            await commit_durably(self._runtime.store, self.key, state, commit)
             self._enqueue(turn_id)
         return turn_id
+
+    def _refuse_if_halted(self) -> None:
+        if self._halted is not None:
+            raise StoreError(
+                f"{self.key} halted after an internal error ({self._halted}); "
+                "its turns resume when the runtime starts again"
+            )
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
@@ -179,6 +187,7 @@ class AgentSession:
             raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
         if record.result is not None and record.status not in TURN_STATUSES_UNFINISHED:
             return record.result
+        self._refuse_if_halted()
         waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(turn_id, []).append(waiter)
         return await waiter
@@ -248,12 +257,12 @@ class AgentSession:
 
     def _enqueue(self, turn_id: str) -> None:
         self._queue.append(turn_id)
-        if self._worker is None:
+        if self._worker is None and self._halted is None:
             self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
 
     async def _drain(self) -> None:
         try:
-            while self._queue:
+            while self._queue and self._halted is None:
                 turn_id = self._queue.popleft()
                 self._active = turn_id
                 try:
@@ -279,17 +288,42 @@ class AgentSession:
         try:
             result = await run.run()
         except Exception as exc:
-            # The store failed under the turn. What committed stays and the turn is still
-            # unfinished on disk, so the next start-up resumes it. Running the next turn
-            # now would append after a half-finished one (a tool call with no result
-            # wedges every later model call), so the session halts until then.
-            logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
-            self._halted = describe_error(exc)
-            self._queue.clear()
-            result = Failed(turn_id=turn_id, error=f"internal error: {self._halted}")
+            self._halt(turn_id, exc)
+            return
         for waiter in self._waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
+
+    def _halt(self, turn_id: str, exc: Exception) -> None:
+        """Stop running turns here until the next start, after the store failed under one.
+
+        What committed stays and the turn is still unfinished on disk, so the next
+        start-up resumes it. Running the next turn now would append after a
+        half-finished one (a tool call with no result wedges every later model
+        call), so nothing more runs in this session until then.
+        """
+        logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
+        self._halted = describe_error(exc)
+        self._queue.clear()
+        error = StoreError(
+            f"{self.key} halted after an internal error ({self._halted}); "
+            "its turns resume when the runtime starts again"
+        )
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(error)
+        self._waiters.clear()
+        # observers and streams of the turn learn that this run is over
+        self._emit(
+            TurnFailed(
+                agent=self.key.agent,
+                session=self.key.session_id,
+                turn_id=turn_id,
+                seq=0,
+                error=f"internal error: {self._halted}",
+            )
+        )
 
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""

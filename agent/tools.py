@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from pydantic import BaseModel, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from agent.errors import ConfigError, FatalToolError, ToolError
 from agent.messages import JsonValue
@@ -179,8 +179,11 @@ def _is_context(hint: Any) -> bool:
 
 def describe_error(exc: BaseException) -> str:
     """Turn what a tool raised into what the model reads: class and message, no traceback."""
-    message = str(exc)
-    if type(exc) is Exception:
+    try:
+        message = str(exc)
+    except Exception:
+        message = ""  # a broken __str__ must not turn a tool error into a turn failure
+    if type(exc) is Exception and message:
         text = message
     elif message:
         text = f"{type(exc).__name__}: {message}"
@@ -203,6 +206,7 @@ def jsonable_result(tool: Tool, value: Any) -> JsonValue:
             f"tool {tool.name} is a plain def that returned an awaitable; declare it async def"
         )
     try:
-        return to_jsonable_python(value)
-    except PydanticSerializationError as exc:
+        # through JSON and back, so the live copy equals what the store keeps (NaN -> null)
+        return from_json(to_json(value, inf_nan_mode="null"))
+    except (PydanticSerializationError, ValueError) as exc:
         raise ToolError(f"tool {tool.name} returned a value that is not JSON: {exc}") from None

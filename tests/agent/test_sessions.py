@@ -11,7 +11,6 @@ from agent import (
     AgentRuntime,
     Completed,
     ConfigError,
-    Failed,
     MemoryStore,
     StoreError,
     TurnFailedError,
@@ -241,16 +240,20 @@ async def test_a_store_failure_halts_the_session_instead_of_wedging_it():
         store.fail_on_commit = 4  # opening one, queueing two, model step, then the tool step
         first = await session.start("one")
         second = await session.start("two")
-        result = await session.result(first)
+        events = [e.type async for e in session.stream(first)]
         with pytest.raises(StoreError, match="halted after an internal error"):
+            await session.result(first)
+        with pytest.raises(StoreError, match="halted after an internal error"):
+            await session.result(second)
+        with pytest.raises(StoreError, match=r"halted after an internal error \(StoreError: disk"):
             await session.start("three")
 
-    assert isinstance(result, Failed)
-    assert result.error == "internal error: StoreError: disk I/O error"
+    assert events[-1] == "turn.failed"  # a stream of the stopped turn ends
     stored = await store.load(SessionKey("a", "s1"))
     # the second turn never opened after the half-finished first one
     assert [m.role for m in stored.transcript] == ["user", "assistant"]
     assert stored.turns[second].status == "queued"
+    assert stored.turns[first].status == "running"
 
     # the next start resumes both, in order, from the last checkpoint
     async with AgentRuntime(
@@ -279,3 +282,74 @@ async def test_idle_sessions_beyond_the_limit_are_unloaded_and_read_again(store)
         assert len(runtime._loaded) == 2
 
     assert again.text == "seen 3"  # its history came back from the store
+
+
+class GatedStore(MemoryStore):
+    """A memory store whose commits wait at a gate, so a test can cancel mid-commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def commit(self, key, commit):
+        self.entered.set()
+        await self.gate.wait()
+        await super().commit(key, commit)
+
+
+async def test_cancelling_start_mid_commit_keeps_memory_and_store_in_step():
+    store = GatedStore()
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(lambda r: reply("hi")))
+    ) as rt:
+        session = rt.session("a", "s1")
+        store.gate.clear()
+        admitting = asyncio.create_task(session.start("hello", turn_id="ev1"))
+        await store.entered.wait()
+        admitting.cancel()  # an HTTP timeout, a client that went away
+        store.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await admitting
+        # the Slack retry of the same event finds the admitted turn and runs it once
+        assert await session.start("hello", turn_id="ev1") == "ev1"
+        assert (await session.result("ev1")).text == "hi"
+        follow_up = await session.turn("again")
+
+    assert follow_up.text == "hi"
+    stored = await store.load(SessionKey("a", "s1"))
+    assert [m.role for m in stored.transcript] == ["user", "assistant"] * 2
+
+
+async def test_a_turn_admitted_before_recovery_waits_for_the_unfinished_one(store):
+    release = asyncio.Event()
+
+    async def script(request):
+        if request.messages[-1].text == "first" and not release.is_set():
+            await release.wait()
+        return reply(f"re: {request.messages[-1].text}")
+
+    async with AgentRuntime(store, Agent(name="a", model=ScriptedModel(script))) as rt:
+        session = rt.session("a", "s1")
+        await session.start("first", turn_id="A")
+        await asyncio.sleep(0.01)
+    release.set()
+
+    late = AgentRuntime(store, Agent(name="a", model=ScriptedModel(script)))  # start() not called
+    session = late.session("a", "s1")
+    await session.start("second", turn_id="B")
+    assert (await session.result("A")).text == "re: first"
+    assert (await session.result("B")).text == "re: second"
+    await late.close()
+
+
+async def test_a_closed_runtime_refuses_new_turns(store):
+    from agent import RuntimeClosedError
+
+    runtime = AgentRuntime(store, Agent(name="a", model=ScriptedModel(lambda r: reply("x"))))
+    await runtime.start()
+    session = runtime.session("a", "s1")
+    await runtime.close()
+    with pytest.raises(RuntimeClosedError, match="closed"):
+        await session.start("hello")

@@ -357,3 +357,87 @@ async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local
     messages = await tool_messages(store)
     assert [(m.call_id, m.is_error) for m in messages] == [("c1", True), ("c2", True)]
     assert sink.types()[-1] == "turn.failed"
+
+
+@pytest.mark.parametrize(
+    "statement", ["/* looks harmless */ COMMIT", "commit", "  SAVEPOINT mine", "END"]
+)
+async def test_tool_cannot_end_the_transaction_however_it_spells_it(sqlite_store, statement):
+    @tool
+    def sneaky(ctx: ToolContext) -> str:
+        """Write, then try to commit early."""
+        ctx.store.execute("CREATE TABLE IF NOT EXISTS charges (amount INTEGER)")
+        ctx.store.execute("INSERT INTO charges VALUES (5)")
+        ctx.store.execute(statement)
+        return "committed?"
+
+    result = await run_turn(sqlite_store, [sneaky], calling(call("sneaky", id="c1")))
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(sqlite_store)
+    assert message.is_error
+    tables = await sqlite_store._run(
+        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'charges'").fetchall()
+    )
+    assert tables == []  # the write rolled back with the refused call
+
+
+async def test_remote_tool_whose_awaited_work_is_cancelled_gets_an_error_result(store):
+    @tool
+    async def wait_on_job() -> str:
+        """Await a job somebody else cancels."""
+        job: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        job.cancel()
+        return await job
+
+    result = await run_turn(store, [wait_on_job], calling(call("wait_on_job", id="c1")))
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert message.result == {"error": "CancelledError"}
+
+
+class BrokenStr(Exception):
+    def __str__(self) -> str:
+        raise KeyError("status")
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        pytest.param(BrokenStr(), "BrokenStr", id="broken-str"),
+        pytest.param(Exception(), "Exception", id="empty-plain-exception"),
+    ],
+)
+async def test_odd_exceptions_still_become_readable_error_results(store, exc, expected):
+    @tool
+    async def odd() -> str:
+        """Fail oddly."""
+        raise exc
+
+    result = await run_turn(store, [odd], calling(call("odd", id="c1")))
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert message.result == {"error": expected}
+
+
+async def test_live_result_equals_what_the_store_keeps(store):
+    @tool
+    def measure() -> dict[str, float]:
+        """Return a value JSON cannot hold."""
+        return {"ratio": float("nan"), "ok": 1.5}
+
+    seen = []
+
+    def script(request):
+        if assistant_count(request) == 0:
+            return reply("", call("measure", id="c1"))
+        seen.append(request.messages[-1].result)
+        return reply("done")
+
+    result = await run_turn(store, [measure], script)
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(store)
+    assert seen == [{"ratio": None, "ok": 1.5}] == [message.result]
