@@ -41,7 +41,7 @@ from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredS
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
 from agent.turns import Completed, Failed, TurnRecord, TurnResult
 
-__all__ = ["TurnRun", "apply_commit", "commit_durably", "opening_commit"]
+__all__ = ["TurnRun", "apply_commit", "opening_commit"]
 
 NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 
@@ -50,23 +50,6 @@ class _StepFailed(Exception):
     def __init__(self, error: str, *, phase: str, step: str) -> None:
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
-
-
-async def commit_durably(
-    store: SessionStore, key: SessionKey, state: StoredSession, commit: Commit
-) -> None:
-    """Write ``commit`` and mirror it in ``state``, even if the caller is cancelled meanwhile.
-
-    The write runs on the store's thread and finishes whatever happens to the
-    awaiting task; were the mirror skipped, memory and disk would disagree about
-    the transcript and every later append would collide.
-    """
-
-    async def write_then_mirror() -> None:
-        await store.commit(key, commit)
-        apply_commit(state, commit)
-
-    await asyncio.shield(write_then_mirror())
 
 
 def apply_commit(state: StoredSession, commit: Commit) -> None:
@@ -267,12 +250,8 @@ class TurnRun:
                 return self._tool_commit(step, self._tool_message(call, error=outcome))
             return self._tool_commit(step, self._tool_message(call, result=outcome))
 
-        async def write_then_mirror() -> Commit:
-            written = await self._store.commit_with(self._key, work, record)
-            apply_commit(self._state, written)
-            return written
-
-        commit = await asyncio.shield(write_then_mirror())  # see commit_durably
+        commit = await self._store.commit_with(self._key, work, record)
+        apply_commit(self._state, commit)
         message = commit.messages[0].message
         assert isinstance(message, ToolMessage)
         return message
@@ -361,10 +340,10 @@ class TurnRun:
     # -- plumbing ------------------------------------------------------------
 
     async def _commit(self, commit: Commit) -> None:
-        await commit_durably(self._store, self._key, self._state, commit)
-        self._note(commit)
-
-    def _note(self, commit: Commit) -> None:
+        # Only the session's own worker awaits here, and cancelling it means the runtime
+        # is closing and drops this state, so a write that lands after the cancel is fine.
+        await self._store.commit(self._key, commit)
+        apply_commit(self._state, commit)
         if commit.turn is not None:
             self._record = commit.turn
 

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from agent._turn import TurnRun, commit_durably, opening_commit
+from agent._turn import TurnRun, apply_commit, opening_commit
 from agent.errors import (
     RuntimeClosedError,
     StoreError,
@@ -150,7 +150,15 @@ class AgentSession:
                 record, commit = opening_commit(record, len(state.transcript))
             else:
                 commit = Commit(turn=record)
-            await commit_durably(self._runtime.store, self.key, state, commit)
+            try:
+                await self._runtime.store.commit(self.key, commit)
+            except BaseException:
+                # Cancelled callers (an HTTP timeout) land here too, and the write may
+                # still complete on the store's thread: forget what we hold and read it
+                # back on next use, so memory never runs behind disk.
+                self._state = None
+                raise
+            apply_commit(state, commit)
             self._enqueue(turn_id)
         return turn_id
 

@@ -285,7 +285,11 @@ async def test_idle_sessions_beyond_the_limit_are_unloaded_and_read_again(store)
 
 
 class GatedStore(MemoryStore):
-    """A memory store whose commits wait at a gate, so a test can cancel mid-commit."""
+    """A memory store whose commits land, then wait at a gate before returning.
+
+    That is the SQLite store's case when a caller is cancelled: its write goes
+    on to completion on the connection thread after the caller has gone.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -294,9 +298,9 @@ class GatedStore(MemoryStore):
         self.gate.set()
 
     async def commit(self, key, commit):
+        await super().commit(key, commit)
         self.entered.set()
         await self.gate.wait()
-        await super().commit(key, commit)
 
 
 async def test_cancelling_start_mid_commit_keeps_memory_and_store_in_step():
@@ -320,6 +324,7 @@ async def test_cancelling_start_mid_commit_keeps_memory_and_store_in_step():
     assert follow_up.text == "hi"
     stored = await store.load(SessionKey("a", "s1"))
     assert [m.role for m in stored.transcript] == ["user", "assistant"] * 2
+    assert next(iter(stored.turns)) == "ev1"
 
 
 async def test_a_turn_admitted_before_recovery_waits_for_the_unfinished_one(store):
