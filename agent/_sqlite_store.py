@@ -29,9 +29,11 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 # Each entry moves the schema from version i to i + 1. Append, never edit.
 MIGRATIONS: tuple[str, ...] = (
     # Sessions are numbered so that every other row and index entry carries a small
-    # integer instead of the (agent, session id) text. Transcript rows live in a
-    # rowid table: a ~1 KB message fits in its leaf page there, where a WITHOUT
-    # ROWID row that size would spill to an overflow page on every insert.
+    # integer instead of the (agent, session id) text. A message's rowid is its
+    # address, session number in the high 32 bits and transcript index in the low
+    # ones: one B-tree per insert and no second index, and a ~1 KB message fits in
+    # its leaf page, where a WITHOUT ROWID row that size would spill to an
+    # overflow page on every insert. ``session`` and ``idx`` read it back.
     """
     CREATE TABLE sessions (
         id INTEGER PRIMARY KEY,
@@ -51,12 +53,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX turns_unfinished ON turns (status) WHERE status IN ('queued', 'running');
     CREATE TABLE messages (
-        session INTEGER NOT NULL REFERENCES sessions (id),
-        idx INTEGER NOT NULL,
+        id INTEGER PRIMARY KEY,
         turn_id TEXT NOT NULL,
         role TEXT NOT NULL,
         body TEXT NOT NULL,
-        UNIQUE (session, idx)
+        session INTEGER GENERATED ALWAYS AS (id >> 32) VIRTUAL,
+        idx INTEGER GENERATED ALWAYS AS (id & 4294967295) VIRTUAL
     );
     CREATE TABLE steps (
         session INTEGER NOT NULL REFERENCES sessions (id),
@@ -271,8 +273,8 @@ def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
     messages, steps, turn, status = rows
     if messages:
         conn.executemany(
-            "INSERT INTO messages (session, idx, turn_id, role, body) VALUES (?, ?, ?, ?, ?)",
-            [(sid, *m) for m in messages],
+            "INSERT INTO messages (id, turn_id, role, body) VALUES (?, ?, ?, ?)",
+            [(sid << 32 | index, *rest) for index, *rest in messages],
         )
     if steps:
         conn.executemany(
@@ -344,7 +346,8 @@ def _load(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey) -> Stored
         return StoredSession()
     [status] = conn.execute("SELECT status FROM sessions WHERE id = ?", (sid,)).fetchone()
     bodies = conn.execute(
-        "SELECT body FROM messages WHERE session = ? ORDER BY idx", (sid,)
+        "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id",
+        (sid << 32, sid << 32 | 0xFFFFFFFF),
     ).fetchall()
     records = conn.execute(
         "SELECT record FROM turns WHERE session = ? ORDER BY seq", (sid,)

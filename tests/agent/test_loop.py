@@ -69,7 +69,7 @@ async def test_model_step_commits_memo_and_message_together(sqlite_store):
 
     messages = await sqlite_store.dump_table("messages")
     steps = await sqlite_store.dump_table("steps")
-    assert sorted(r[1] for r in messages) == [0, 1, 2, 3]  # (session, idx, ...)
+    assert sorted(r[-1] for r in messages) == [0, 1, 2, 3]  # (id, ..., session, idx)
     assert sorted(r[2] for r in steps) == ["model:1", "model:3", "tool:1:c1"]
 
 
