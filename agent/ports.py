@@ -1,9 +1,11 @@
 """The engine's three seams (`SessionStore`, `EventSink`, `Model`) and what crosses them.
 
-The engine depends on these protocols only; SQLite, memory, Anthropic and the
-scripted model are implementations. A store's writes are whole transactions:
-the engine hands it a `Commit` (or a piece of work that produces one inside the
-transaction) and never holds a transaction open across an ``await``.
+The engine depends on these protocols only; the SQLite and memory stores and
+the scripted model are implementations (the Anthropic model comes next). A
+store's writes are whole transactions: the engine hands it a `Commit` (or a
+piece of work that produces one inside the transaction) and never holds a
+transaction open across an ``await``. A step's memo points at the transcript
+message it committed with, so every result is stored once.
 """
 
 from __future__ import annotations
