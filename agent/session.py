@@ -73,6 +73,8 @@ class AgentSession:
         self._waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
         self._observers: list[tuple[str | None, Observer]] = []
         self._halted: str | None = None
+        self._has_swept = False
+        """Whether unfinished turns of the loaded state were queued (once per load)."""
         """Why this session stopped running turns until the next start, if it did."""
 
     async def _loaded(self) -> StoredSession:
@@ -81,6 +83,7 @@ class AgentSession:
             async with self._load_lock:
                 if self._state is None:
                     self._state = await self._runtime.store.load(self.key)
+                    self._has_swept = False
         self._runtime.note_loaded(self)
         return self._state
 
@@ -140,9 +143,11 @@ class AgentSession:
             if known is not None:
                 self._enqueue_unfinished(known)
                 return turn_id
-            # an unfinished turn this process has not picked up yet runs first
-            for record in sorted(state.turns.values(), key=lambda t: t.seq):
-                self._enqueue_unfinished(record)
+            if not self._has_swept:
+                # an unfinished turn this process has not picked up yet runs first
+                for record in sorted(state.turns.values(), key=lambda t: t.seq):
+                    self._enqueue_unfinished(record)
+                self._has_swept = True
             seq = max((t.seq for t in state.turns.values()), default=0) + 1
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
             if self._worker is None and not self._queue:
