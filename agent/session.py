@@ -6,9 +6,10 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
+from agent._replay import fold_turn
 from agent._turn import TurnRun, apply_commit, opening_commit
 from agent.errors import (
     RuntimeClosedError,
@@ -20,16 +21,9 @@ from agent.errors import (
 )
 from agent.events import (
     TERMINAL_EVENT_TYPES,
-    ActionCompleted,
-    ActionRequested,
-    InputRequested,
-    MessageCompleted,
-    TurnCancelled,
-    TurnCompleted,
     TurnEvent,
     TurnFailed,
 )
-from agent.messages import AssistantMessage, ToolCall, ToolMessage
 from agent.ports import Commit, SessionKey, SessionStatus, StoredSession
 from agent.tools import describe_error
 from agent.turns import (
@@ -37,7 +31,6 @@ from agent.turns import (
     Cancelled,
     Completed,
     Failed,
-    Suspended,
     TurnInput,
     TurnRecord,
     TurnResult,
@@ -169,10 +162,13 @@ class AgentSession:
 
     def _refuse_if_halted(self) -> None:
         if self._halted is not None:
-            raise StoreError(
-                f"{self.key} halted after an internal error ({self._halted}); "
-                "its turns resume when the runtime starts again"
-            )
+            raise self._halted_error()
+
+    def _halted_error(self) -> StoreError:
+        return StoreError(
+            f"{self.key} halted after an internal error ({self._halted}); "
+            "its turns resume when the runtime starts again"
+        )
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
@@ -241,7 +237,7 @@ class AgentSession:
         """
         state = await self._loaded()
         if replay and turn_id is not None and turn_id in state.turns:
-            for event in self._fold(state, state.turns[turn_id]):
+            for event in fold_turn(self.key, state, state.turns[turn_id]):
                 callback(event)
         entry = (turn_id, callback)
         self._observers.append(entry)
@@ -318,15 +314,8 @@ class AgentSession:
         logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
         self._halted = describe_error(exc)
         self._queue.clear()
-        error = StoreError(
-            f"{self.key} halted after an internal error ({self._halted}); "
-            "its turns resume when the runtime starts again"
-        )
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(error)
-        self._waiters.clear()
+        error = self._halted_error()
+        self._fail_waiters(lambda turn_id: error)
         # observers and streams of the turn learn that this run is over
         self._emit(
             TurnFailed(
@@ -340,15 +329,18 @@ class AgentSession:
 
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""
+        self._fail_waiters(
+            lambda turn_id: RuntimeClosedError(
+                f"the runtime closed before turn {turn_id} of {self.key} ended; "
+                "it resumes from its last checkpoint on the next start"
+            )
+        )
+
+    def _fail_waiters(self, error_for: Callable[[str], Exception]) -> None:
         for turn_id, waiters in self._waiters.items():
             for waiter in waiters:
                 if not waiter.done():
-                    waiter.set_exception(
-                        RuntimeClosedError(
-                            f"the runtime closed before turn {turn_id} of {self.key} ended; "
-                            "it resumes from its last checkpoint on the next start"
-                        )
-                    )
+                    waiter.set_exception(error_for(turn_id))
         self._waiters.clear()
 
     def _emit(self, event: TurnEvent) -> None:
@@ -359,57 +351,3 @@ class AgentSession:
                 except Exception:
                     logger.exception("an observer of %s failed on %s", self.key, event.type)
         self._runtime.emit(event)
-
-    def _fold(self, state: StoredSession, record: TurnRecord) -> Iterator[TurnEvent]:
-        """The committed history of a turn, as the events its run emitted."""
-        seq = 0
-        base: dict[str, Any] = {
-            "agent": self.key.agent,
-            "session": self.key.session_id,
-            "turn_id": record.turn_id,
-        }
-
-        def next_seq() -> int:
-            nonlocal seq
-            seq += 1
-            return seq
-
-        calls: dict[str, ToolCall] = {}
-        start = record.opening_index if record.opening_index is not None else len(state.transcript)
-        for index in range(start, len(state.transcript)):
-            message = state.transcript[index]
-            if message.turn_id != record.turn_id:
-                break
-            if isinstance(message, AssistantMessage):
-                calls.update((c.id, c) for c in message.tool_calls)
-                if message.text:
-                    yield MessageCompleted(**base, seq=next_seq(), text=message.text, index=index)
-            elif isinstance(message, ToolMessage):
-                call = calls.get(message.call_id)
-                yield ActionRequested(
-                    **base,
-                    seq=next_seq(),
-                    call_id=message.call_id,
-                    name=message.name,
-                    input=call.input if call else {},
-                )
-                error = message.result.get("error") if message.is_error else None
-                yield ActionCompleted(
-                    **base,
-                    seq=next_seq(),
-                    call_id=message.call_id,
-                    name=message.name,
-                    result=message.result,
-                    error=error,
-                )
-        ending = record.result if record.status not in TURN_STATUSES_UNFINISHED else None
-        if isinstance(ending, Completed):
-            yield TurnCompleted(**base, seq=next_seq(), text=ending.text)
-        elif isinstance(ending, Failed):
-            yield TurnFailed(
-                **base, seq=next_seq(), error=ending.error, phase=ending.phase, step=ending.step
-            )
-        elif isinstance(ending, Cancelled):
-            yield TurnCancelled(**base, seq=next_seq(), reason=ending.reason)
-        elif isinstance(ending, Suspended):
-            yield InputRequested(**base, seq=next_seq(), request=ending.request)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from agent._memory_store import MemoryStore
@@ -59,14 +59,8 @@ class ScriptedModel:
         >>> model = ScriptedModel(lambda req: reply(f"you said {req.messages[-1].text}"))
     """
 
-    def __init__(self, script: Script | Sequence[ModelReply], *, chunk: int = 16) -> None:
-        if callable(script):
-            self._script: Script = script
-        else:
-            replies = list(script)
-            self._script = lambda request: replies[
-                sum(1 for m in request.messages if m.role == "assistant") % len(replies)
-            ]
+    def __init__(self, script: Script, *, chunk: int = 16) -> None:
+        self._script = script
         self._chunk = chunk
         self.requests: deque[ModelRequest] = deque(maxlen=10_000)
         """The requests this model was asked, oldest first (the last 10,000)."""

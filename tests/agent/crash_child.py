@@ -100,27 +100,25 @@ class Child:
 
     def place_order(self, item: str, ctx: ToolContext) -> dict[str, int]:
         """Place an order (local: inside the step's transaction)."""
-        self.log("local", "place_order", ctx.call_id)
-        ctx.store.execute(
-            "create table if not exists orders (id integer primary key, item text not null)"
-        )
-        ctx.store.execute("insert into orders (item) values (?)", [item])
-        (order_id,) = ctx.store.execute("select last_insert_rowid()")[0]
-        if self.kill_point == "local_tx":
-            self.freeze()
-        return {"order_id": order_id}
+        return {"order_id": self._insert(ctx, "place_order", "orders", item, "local_tx")}
 
     def reserve(self, item: str, ctx: ToolContext) -> dict[str, int]:
         """Reserve stock (local: inside the step's transaction)."""
-        self.log("local", "reserve", ctx.call_id)
+        return {
+            "reservation_id": self._insert(ctx, "reserve", "reservations", item, "batch_local_tx")
+        }
+
+    def _insert(self, ctx: ToolContext, tool: str, table: str, item: str, kill_point: str) -> int:
+        """Write one row through the step's transaction; freeze there if asked to."""
+        self.log("local", tool, ctx.call_id)
         ctx.store.execute(
-            "create table if not exists reservations (id integer primary key, item text not null)"
+            f"create table if not exists {table} (id integer primary key, item text not null)"
         )
-        ctx.store.execute("insert into reservations (item) values (?)", [item])
-        (reservation_id,) = ctx.store.execute("select last_insert_rowid()")[0]
-        if self.kill_point == "batch_local_tx":
+        ctx.store.execute(f"insert into {table} (item) values (?)", [item])
+        (row_id,) = ctx.store.execute("select last_insert_rowid()")[0]
+        if self.kill_point == kill_point:
             self.freeze()
-        return {"reservation_id": reservation_id}
+        return int(row_id)
 
     async def notify(self, channel: str, ctx: ToolContext) -> dict[str, str]:
         """Tell a channel (remote: at-least-once, deduped on the idempotency key)."""
