@@ -1,13 +1,16 @@
 """The durable turn engine: a turn is a checkpointed, replayable process.
 
 Nothing here knows Slack. The engine depends on three seams only
-(`SessionStore`, `EventSink`, `Model`); the SQLite store, the memory store
-and the scripted model are implementations of them.
+(`SessionStore`, `EventSink`, `Model`); the SQLite store, the memory store,
+Claude (`AnthropicModel`) and the scripted model are implementations of them.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from agent._anthropic_settings import DEFAULT_MODEL, AnthropicSettings
 from agent._memory_store import MemoryStore
 from agent._sqlite_store import SQLiteStore
-from agent.definition import Agent
+from agent.definition import Agent, ModelRetry
 from agent.errors import (
     AgentError,
     ConfigError,
@@ -54,13 +57,32 @@ from agent.store import open_store
 from agent.tools import Tool, ToolContext, tool
 from agent.turns import Cancelled, Completed, Failed, Suspended, TurnInput, TurnRecord, TurnResult
 
+if TYPE_CHECKING:
+    from agent._anthropic import AnthropicModel
+
+_LOADED_ON_USE = frozenset({"AnthropicModel"})
+
+
+def __getattr__(name: str) -> Any:
+    # the SDK takes a second to import: a process that never calls Claude
+    # (a test's child, the offline demo) should not pay for it
+    if name in _LOADED_ON_USE:
+        from agent import _anthropic
+
+        return getattr(_anthropic, name)
+    raise AttributeError(f"module 'agent' has no attribute {name!r}")
+
+
 __all__ = [
+    "DEFAULT_MODEL",
     "ActionCompleted",
     "ActionRequested",
     "Agent",
     "AgentError",
     "AgentRuntime",
     "AgentSession",
+    "AnthropicModel",
+    "AnthropicSettings",
     "AssistantMessage",
     "Cancelled",
     "Completed",
@@ -77,6 +99,7 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "ModelRetry",
     "ReasoningDelta",
     "RuntimeClosedError",
     "SQLiteStore",

@@ -19,7 +19,7 @@ from agent.events import (
     TurnEvent,
     TurnFailed,
 )
-from agent.messages import AssistantMessage, ToolCall, ToolMessage
+from agent.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from agent.ports import SessionKey, StoredSession
 from agent.turns import (
     TURN_STATUSES_UNFINISHED,
@@ -77,7 +77,7 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
             )
     ending = record.result if record.status not in TURN_STATUSES_UNFINISHED else None
     if isinstance(ending, Completed):
-        yield TurnCompleted(**base, seq=next_seq(), text=ending.text)
+        yield TurnCompleted(**base, seq=next_seq(), text=ending.text, usage=ending.usage or Usage())
     elif isinstance(ending, Failed):
         yield TurnFailed(
             **base, seq=next_seq(), error=ending.error, phase=ending.phase, step=ending.step

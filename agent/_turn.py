@@ -34,6 +34,7 @@ from agent.messages import (
     ToolMessage,
     TranscriptView,
     TriggerMessage,
+    Usage,
     UserMessage,
 )
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
@@ -172,24 +173,39 @@ class TurnRun:
         return None
 
     async def _ask_model(self, step: str) -> ModelReply:
+        """Ask the model for step ``step``, trying again while its failures are passing ones."""
+        policy = self._agent.model_retry
+        attempt = 1
+        while True:
+            try:
+                return _checked(await self._stream_reply(step, attempt), step)
+            except ModelError as exc:
+                if not exc.retryable or attempt >= policy.attempts:
+                    raise _StepFailed(str(exc), phase="model", step=step) from exc
+                await asyncio.sleep(policy.delay(attempt, exc.retry_after))
+                attempt += 1
+
+    async def _stream_reply(self, step: str, attempt: int) -> ModelReply | None:
         request = ModelRequest(
             system=self._agent.instructions,
             messages=TranscriptView(self._transcript),
             tools=self._agent.tool_specs,
+            session_id=self._key.session_id,
             turn_id=self.turn_id,
             step=step,
+            attempt=attempt,
         )
         reply: ModelReply | None = None
         try:
             async for event in self._agent.model.stream(request):
                 if isinstance(event, TextDelta):
-                    self._emit(MessageDelta, text=event.text)
+                    self._emit(MessageDelta, text=event.text, attempt=attempt)
                 elif isinstance(event, ThinkingDelta):
-                    self._emit(ReasoningDelta, text=event.text)
+                    self._emit(ReasoningDelta, text=event.text, attempt=attempt)
                 else:
                     reply = event
-        except ModelError as exc:
-            raise _StepFailed(str(exc), phase="model", step=step) from exc
+        except ModelError:
+            raise
         except Exception as exc:
             raise _StepFailed(describe_error(exc), phase="model", step=step) from exc
         except asyncio.CancelledError as exc:
@@ -197,7 +213,7 @@ class TurnRun:
                 raise
             # the model's own plumbing was cancelled, not this turn
             raise _StepFailed(describe_error(exc), phase="model", step=step) from exc
-        return _checked(reply, step)
+        return reply
 
     # -- tool steps ----------------------------------------------------------
 
@@ -304,14 +320,25 @@ class TurnRun:
         final: tuple[tuple[StoredMessage, ...], tuple[StoredStep, ...]] = ((), ()),
     ) -> TurnResult:
         """Mark the turn completed, in the same transaction as its final reply when given."""
-        result = Completed(turn_id=self.turn_id, text=text)
-        record = dataclasses.replace(self._record, status="completed", result=result)
         messages, steps = final
+        usage = self._usage_so_far(messages)
+        result = Completed(turn_id=self.turn_id, text=text, usage=usage)
+        record = dataclasses.replace(self._record, status="completed", result=result)
         await self._commit(Commit(messages=messages, steps=steps, turn=record, status="idle"))
         if messages and text:
             self._emit(MessageCompleted, text=text, index=messages[0].index)
-        self._emit(TurnCompleted, text=text)
+        self._emit(TurnCompleted, text=text, usage=usage)
         return result
+
+    def _usage_so_far(self, pending: tuple[StoredMessage, ...]) -> Usage:
+        """The turn's committed model usage, read off the transcript so a replay counts it too."""
+        total = Usage()
+        start = self._record.opening_index or 0
+        replies = [*self._transcript[start:], *(stored.message for stored in pending)]
+        for message in replies:
+            if isinstance(message, AssistantMessage) and message.turn_id == self.turn_id:
+                total += message.usage or Usage()
+        return total
 
     async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
         result = Failed(turn_id=self.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
@@ -369,7 +396,8 @@ def _checked(reply: ModelReply | None, step: str) -> ModelReply:
     """Refuse a reply that must not commit (rule 6), before anything is written."""
     if reply is None:
         raise _StepFailed("the model stream ended without a reply", phase="model", step=step)
-    if reply.is_abnormal and not reply.content:
+    if reply.is_abnormal and not (reply.text or reply.tool_calls):
+        # thinking alone is nothing the person or the loop can use
         raise _StepFailed(
             f"the model stopped ({reply.stop_reason}) without any content",
             phase="model",

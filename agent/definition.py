@@ -10,7 +10,29 @@ from agent.model import ToolSpec
 from agent.ports import Model
 from agent.tools import Tool
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "ModelRetry"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRetry:
+    """How often a model step that failed for a passing reason is asked again.
+
+    It covers what the provider's client cannot retry itself: a stream that
+    broke mid-reply, an error sent inside the stream, a client whose own
+    retries ran out. Nothing of a failed attempt is committed.
+    """
+
+    attempts: int = 3
+    """Tries per model step, the first included."""
+    first_delay: float = 1.0
+    """Seconds before the second try; doubled for each further one."""
+    max_delay: float = 30.0
+    """The longest wait between tries, whatever the provider asks."""
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed try number ``attempt`` (from 1)."""
+        wanted = retry_after if retry_after is not None else self.first_delay * 2 ** (attempt - 1)
+        return max(0.0, min(wanted, self.max_delay))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +47,7 @@ class Agent:
     model: Model
     instructions: str = ""
     tools: Sequence[Tool] = ()
+    model_retry: ModelRetry = ModelRetry()
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 

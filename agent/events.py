@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from agent.messages import Usage
+
 __all__ = [
     "TERMINAL_EVENT_TYPES",
     "ActionCompleted",
@@ -51,6 +53,8 @@ class ReasoningDelta(_Event):
 
     type: Literal["reasoning.delta"] = "reasoning.delta"
     text: str
+    attempt: int = 1
+    """Which try of the model step this piece belongs to; see `MessageDelta.attempt`."""
 
 
 class MessageDelta(_Event):
@@ -58,6 +62,12 @@ class MessageDelta(_Event):
 
     type: Literal["message.delta"] = "message.delta"
     text: str
+    attempt: int = 1
+    """Which try of the model step this piece belongs to, from 1.
+
+    A step whose stream broke is asked again; when ``attempt`` grows, whatever
+    earlier attempts streamed is void and a renderer should start over.
+    """
 
 
 class MessageCompleted(_Event):
@@ -99,6 +109,8 @@ class TurnCompleted(_Event):
 
     type: Literal["turn.completed"] = "turn.completed"
     text: str
+    usage: Usage = Usage()
+    """Tokens the turn's committed model steps used, summed."""
 
 
 class TurnFailed(_Event):

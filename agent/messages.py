@@ -79,9 +79,20 @@ class Usage:
     """Tokens one model call used, as the provider counted them."""
 
     input_tokens: int = 0
+    """Input tokens read neither from nor into the prompt cache."""
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=(
+                self.cache_creation_input_tokens + other.cache_creation_input_tokens
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,9 +39,12 @@ class ModelRequest:
     messages: Sequence[Message]
     """A view on the live transcript; valid for the duration of the call."""
     tools: tuple[ToolSpec, ...] = ()
+    session_id: str = ""
     turn_id: str = ""
     step: str = ""
     """The step id this call fills, ``model:<n>``."""
+    attempt: int = 1
+    """Which try of this step the call is, from 1."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

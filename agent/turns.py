@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
+
+from agent.messages import Usage
 
 __all__ = [
     "TURN_STATUSES_UNFINISHED",
@@ -45,6 +47,8 @@ class Completed:
     status: Literal["completed"] = "completed"
     turn_id: str
     text: str
+    usage: Usage | None = field(default=None, compare=False)
+    """Tokens the turn's committed model steps used, summed (not part of equality)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,11 @@ import agent
 
 AGENT_DIR = Path(agent.__file__).parent
 FORBIDDEN = ("slack_bolt", "slack_sdk", "bot")
-VENDOR_FILES = {"anthropic": "_anthropic.py", "aiosqlite": "_sqlite_store.py"}
+VENDOR_FILES = {
+    "anthropic": "_anthropic.py",
+    "httpx2": "_anthropic.py",
+    "aiosqlite": "_sqlite_store.py",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -42,12 +46,13 @@ def test_each_vendor_is_imported_by_one_file_only():
 def test_public_names_are_pinned():
     assert sorted(agent.__all__) == sorted(
         [
-            "ActionCompleted", "ActionRequested", "Agent", "AgentError", "AgentRuntime",
+            "DEFAULT_MODEL", "ActionCompleted", "ActionRequested", "Agent", "AgentError",
+            "AgentRuntime", "AnthropicModel", "AnthropicSettings",
             "AgentSession", "AssistantMessage", "Cancelled", "Completed", "ConfigError",
             "EventSink", "Failed", "FatalToolError", "InputRequested", "MemoryStore", "Message",
             "MessageCompleted", "MessageDelta", "Model", "ModelError", "ModelReply",
-            "ModelRequest", "ReasoningDelta", "RuntimeClosedError", "SQLiteStore", "SessionKey",
-            "SessionStore",
+            "ModelRequest", "ModelRetry", "ReasoningDelta", "RuntimeClosedError", "SQLiteStore",
+            "SessionKey", "SessionStore",
             "StoreError", "StoreHandle", "Suspended", "TextBlock", "TextDelta", "ThinkingBlock",
             "ThinkingDelta", "Tool", "ToolCall", "ToolContext", "ToolError", "ToolMessage",
             "ToolSpec", "TriggerMessage", "TurnCancelled", "TurnCancelledError", "TurnCompleted",

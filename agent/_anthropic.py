@@ -1,0 +1,324 @@
+"""Claude through the official ``anthropic`` SDK: the engine's real `Model`.
+
+The only module that imports the SDK. It streams a reply, turning the SDK's
+events into our deltas and its final message into a `ModelReply`, and it
+translates the SDK's errors into `ModelError` once, here. Request-level faults
+(429, 529, 5xx, a refused connection) are retried by the SDK itself; what the
+SDK cannot retry (a stream that breaks mid-reply, an error sent inside the
+stream, a deadline) comes out as a retryable `ModelError`, and the engine asks
+the step again without having committed anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anthropic
+import httpx2
+
+from agent._anthropic_settings import AnthropicSettings
+from agent._anthropic_wire import (
+    api_block,
+    api_messages,
+    api_system,
+    api_tools,
+    mark_newest_message,
+    message_size,
+    turn_began_without_thinking,
+)
+from agent._window import ContextWindow
+from agent.errors import ModelError
+from agent.messages import (
+    ContentBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    Usage,
+)
+from agent.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+
+__all__ = ["AnthropicModel"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONTINUATIONS = 4
+"""How many times one step follows a ``pause_turn`` before it takes the reply as it is."""
+
+_RETRYABLE_ERROR_TYPES = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
+_DETAIL_LIMIT = 500
+
+Json = dict[str, Any]
+
+
+class AnthropicModel:
+    """A `Model` that streams Claude's replies through ``anthropic.AsyncAnthropic``.
+
+    Example:
+        >>> model = AnthropicModel(AnthropicSettings(api_key="sk-ant-..."))
+        >>> agent = Agent(name="bot", model=model, instructions="Be brief.")
+    """
+
+    def __init__(self, settings: AnthropicSettings | None = None) -> None:
+        self.settings = settings or AnthropicSettings()
+        self.settings.check()
+        self._secret = self.settings.api_key
+        self._client = anthropic.AsyncAnthropic(
+            api_key=self.settings.api_key,
+            base_url=self.settings.base_url,
+            max_retries=self.settings.max_retries,
+            timeout=anthropic.Timeout(
+                self.settings.read_timeout, connect=min(10.0, self.settings.read_timeout)
+            ),
+        )
+        self._cache: Json = {"type": "ephemeral"}
+        if self.settings.cache_ttl != "5m":
+            self._cache["ttl"] = self.settings.cache_ttl
+        self._window = (
+            ContextWindow(budget=self.settings.context_budget, size=message_size)
+            if self.settings.context_budget is not None
+            else None
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        """Stream Claude's reply to ``request``: deltas, then one `ModelReply`.
+
+        Raises:
+            ModelError: The call failed; ``retryable`` says whether asking again may help.
+        """
+        deadline = asyncio.get_running_loop().time() + self.settings.step_timeout
+        messages = await self._fitted(request)
+        params = self._params(request, messages)
+        content: list[ContentBlock] = []
+        usage = Usage()
+        continuation: list[Json] = []
+        for _ in range(MAX_CONTINUATIONS + 1):
+            part = _Reply()
+            async for delta in self._stream_once(params, continuation, part, deadline):
+                yield delta
+            content += part.blocks
+            usage += part.usage
+            continuation += part.raw_blocks
+            if part.stop_reason != "pause_turn":
+                break
+        yield ModelReply(content=tuple(content), stop_reason=part.stop_reason, usage=usage)
+
+    # -- one call ------------------------------------------------------------
+
+    async def _stream_once(
+        self, params: Json, continuation: list[Json], part: _Reply, deadline: float
+    ) -> AsyncIterator[ModelStreamEvent]:
+        if continuation:
+            # a paused reply is sent back as the last message and the model carries on
+            params = {
+                **params,
+                "messages": [*params["messages"], {"role": "assistant", "content": continuation}],
+            }
+        try:
+            async with self._client.messages.stream(**params) as events:
+                iterator = aiter(events)
+                while True:
+                    async with asyncio.timeout_at(deadline):
+                        event = await anext(iterator, None)
+                    if event is None:
+                        break
+                    delta = part.take(event)
+                    if delta is not None:
+                        yield delta
+                final = events.current_message_snapshot if part.stopped else None
+        except anthropic.APIError as exc:
+            raise self._error(exc) from exc
+        except httpx2.HTTPError as exc:
+            raise ModelError(
+                f"the reply stream broke: {type(exc).__name__}", retryable=True
+            ) from exc
+        except TimeoutError as exc:
+            raise ModelError(
+                f"no complete reply within {self.settings.step_timeout:g} s", retryable=True
+            ) from exc
+        except ValueError as exc:
+            # the SDK could not parse a tool call's streamed input
+            raise ModelError("the reply held malformed tool input", retryable=True) from exc
+        if final is None:
+            raise ModelError("the reply stream ended before the reply was complete", retryable=True)
+        part.finish(final)
+
+    def _params(self, request: ModelRequest, messages: Sequence[Message]) -> Json:
+        wire = api_messages(messages)
+        mark_newest_message(wire, self._cache)
+        system = api_system(request.system, self._cache)
+        params: Json = {
+            "model": self.settings.model,
+            "max_tokens": self.settings.max_tokens,
+            "messages": wire,
+            "thinking": self._thinking(messages),
+        }
+        if system is not None:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = api_tools(request.tools, None if system else self._cache)
+        return params
+
+    def _thinking(self, messages: Sequence[Message]) -> Json:
+        if not self.settings.thinking or turn_began_without_thinking(messages):
+            return {"type": "disabled"}
+        if self.settings.thinking_budget is not None:
+            return {"type": "enabled", "budget_tokens": self.settings.thinking_budget}
+        return {"type": "adaptive"}
+
+    # -- the context window --------------------------------------------------
+
+    async def _fitted(self, request: ModelRequest) -> Sequence[Message]:
+        if self._window is None:
+            return request.messages
+        overhead = len(request.system) + sum(
+            len(t.description) + len(json.dumps(t.input_schema)) for t in request.tools
+        )
+        return await self._window.fit(
+            request.session_id,
+            request.messages,
+            overhead=overhead,
+            count=functools.partial(self._count, request),
+        )
+
+    async def _count(self, request: ModelRequest, messages: Sequence[Message]) -> int:
+        params: Json = {
+            "model": self.settings.model,
+            "messages": api_messages(messages),
+            "thinking": self._thinking(messages),
+        }
+        if request.system.strip():
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = api_tools(request.tools, None)
+        try:
+            counted = await self._client.messages.count_tokens(**params)
+        except anthropic.APIError as exc:
+            # an estimate is better than failing the step over a count
+            log.warning("token counting failed (%s); estimating instead", self._error(exc))
+            return sum(message_size(m) for m in messages) // 3
+        return counted.input_tokens
+
+    # -- errors --------------------------------------------------------------
+
+    def _error(self, exc: anthropic.APIError) -> ModelError:
+        """The SDK's error as ours: a clear sentence, never the key or the request."""
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelError("the model provider did not answer in time", retryable=True)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return ModelError("could not reach the model provider", retryable=True)
+        if not isinstance(exc, anthropic.APIStatusError):
+            return ModelError(self._redacted(f"the model provider's answer was unreadable: {exc}"))
+        kind = exc.type or "error"
+        # an error sent inside a stream arrives on a 200 response
+        status = exc.status_code if exc.status_code >= 400 else None
+        text = f"the model provider refused the request ({status or 'stream'} {kind})"
+        if exc.api_message:
+            text += f": {exc.api_message[:_DETAIL_LIMIT]}"
+        if isinstance(exc, anthropic.AuthenticationError):
+            text += "; check ANTHROPIC_API_KEY"
+        elif isinstance(exc, anthropic.PermissionDeniedError):
+            text += "; the API key may not use this model"
+        retryable = kind in _RETRYABLE_ERROR_TYPES or (
+            status is not None and (status in (408, 409, 429) or status >= 500)
+        )
+        return ModelError(
+            self._redacted(text), retryable=retryable, retry_after=_retry_after(exc.response)
+        )
+
+    def _redacted(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "[redacted]")
+        return text
+
+
+class _Reply:
+    """One streamed API message, accumulated into our blocks."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.blocks: list[ContentBlock] = []
+        self.raw_blocks: list[Json] = []
+        self.stop_reason = "end_turn"
+        self.usage = Usage()
+        self._tool_json: dict[int, str] = {}
+
+    def take(self, event: Any) -> ModelStreamEvent | None:
+        """Note one SDK stream event; the delta to pass on, if it is one."""
+        if event.type == "message_stop":
+            self.stopped = True
+        elif event.type == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta":
+                return TextDelta(text=delta.text)
+            if delta.type == "thinking_delta":
+                return ThinkingDelta(text=delta.thinking)
+            if delta.type == "input_json_delta":
+                self._tool_json[event.index] = self._tool_json.get(event.index, "") + (
+                    delta.partial_json
+                )
+        return None
+
+    def finish(self, message: Any) -> None:
+        """Take the complete message: its blocks, stop reason and usage."""
+        self.stop_reason = message.stop_reason or "end_turn"
+        used = message.usage
+        self.usage = Usage(
+            input_tokens=used.input_tokens or 0,
+            output_tokens=used.output_tokens or 0,
+            cache_read_input_tokens=used.cache_read_input_tokens or 0,
+            cache_creation_input_tokens=used.cache_creation_input_tokens or 0,
+        )
+        for index, block in enumerate(message.content):
+            ours = self._block(index, block)
+            if ours is not None:
+                self.blocks.append(ours)
+                self.raw_blocks.append(api_block(ours))
+
+    def _block(self, index: int, block: Any) -> ContentBlock | None:
+        if block.type == "text":
+            return TextBlock(text=block.text) if block.text else None
+        if block.type == "thinking":
+            return ThinkingBlock(thinking=block.thinking, signature=block.signature)
+        if block.type == "redacted_thinking":
+            return RedactedThinkingBlock(data=block.data)
+        if block.type == "tool_use":
+            arguments = _complete_input(self._tool_json.get(index), block.input)
+            if arguments is None:
+                # cut off mid-input (max_tokens): running it would run a guess
+                log.warning("dropped tool call %s: its input was cut off", block.id)
+                return None
+            return ToolCall(id=block.id, name=block.name, input=arguments)
+        log.warning("dropped a %s block: no tool of ours produces it", block.type)
+        return None
+
+
+def _complete_input(streamed: str | None, parsed: Any) -> dict[str, Any] | None:
+    """A tool call's input if it arrived whole, else None."""
+    if streamed is None:
+        return parsed if isinstance(parsed, dict) else None
+    try:
+        value = json.loads(streamed) if streamed.strip() else {}
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _retry_after(response: Any) -> float | None:
+    header = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(header) if header is not None else None
+    except ValueError:
+        return None

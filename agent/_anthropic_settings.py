@@ -1,0 +1,60 @@
+"""How to call Claude: the settings of `AnthropicModel`, kept apart from the SDK.
+
+Reading or checking them does not import the SDK, which takes a second to load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent.errors import ConfigError
+
+__all__ = ["DEFAULT_MODEL", "AnthropicSettings"]
+
+DEFAULT_MODEL = "claude-sonnet-5-5"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnthropicSettings:
+    """How to call Claude. Validated when the model is built."""
+
+    model: str = DEFAULT_MODEL
+    api_key: str | None = field(default=None, repr=False)
+    """Without it the SDK looks in ``ANTHROPIC_API_KEY``. Kept out of ``repr``, so out of logs."""
+    base_url: str | None = None
+    """Without it the SDK looks in ``ANTHROPIC_BASE_URL``, then uses Anthropic's own."""
+    max_tokens: int = 16_000
+    thinking: bool = False
+    """Extended thinking; its blocks are stored and echoed back as the API requires."""
+    thinking_budget: int | None = None
+    """Tokens of thinking per reply (manual thinking); without it the model decides (adaptive)."""
+    cache_ttl: Literal["5m", "1h"] = "5m"
+    context_budget: int | None = 150_000
+    """Input tokens a request may hold; past it an older stretch of the thread is left out."""
+    read_timeout: float = 60.0
+    """Seconds the stream may stay silent (the API pings while it thinks)."""
+    step_timeout: float = 600.0
+    """Seconds one model call may take in all, retries included."""
+    max_retries: int = 2
+    """The SDK's own retries of a request the API refused for a passing reason."""
+
+    def check(self) -> None:
+        """Refuse settings the API would refuse on every request.
+
+        Raises:
+            ConfigError: Naming each problem.
+        """
+        problems = []
+        if self.max_tokens < 1:
+            problems.append("max_tokens must be positive")
+        if self.thinking_budget is not None and not (
+            1024 <= self.thinking_budget < self.max_tokens
+        ):
+            problems.append("thinking_budget must be at least 1024 and less than max_tokens")
+        if self.context_budget is not None and self.context_budget < 1_000:
+            problems.append("context_budget must be at least 1000 tokens")
+        if self.read_timeout <= 0 or self.step_timeout <= 0:
+            problems.append("timeouts must be positive")
+        if problems:
+            raise ConfigError("Anthropic settings: " + "; ".join(problems))
