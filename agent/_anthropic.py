@@ -124,7 +124,10 @@ class AnthropicModel:
             # a paused reply is sent back as the last message and the model carries on
             params = {
                 **params,
-                "messages": [*params["messages"], {"role": "assistant", "content": continuation}],
+                "messages": [
+                    *params["messages"],
+                    {"role": "assistant", "content": _as_prefill(continuation)},
+                ],
             }
         try:
             async with self._client.messages.stream(**params) as events:
@@ -303,6 +306,14 @@ class _Reply:
             return ToolCall(id=block.id, name=block.name, input=arguments)
         log.warning("dropped a %s block: no tool of ours produces it", block.type)
         return None
+
+
+def _as_prefill(blocks: list[Json]) -> list[Json]:
+    """Blocks to send back as the last message: the API refuses trailing whitespace there."""
+    if not blocks or blocks[-1]["type"] != "text":
+        return blocks
+    text = blocks[-1]["text"].rstrip()
+    return [*blocks[:-1], {"type": "text", "text": text}] if text else blocks[:-1]
 
 
 def _complete_input(streamed: str | None, parsed: Any) -> dict[str, Any] | None:

@@ -11,7 +11,8 @@ then set in the environment or a .env file:
   SLACK_BOT_TOKEN       xoxb-... (OAuth & Permissions)
   SLACK_SIGNING_SECRET  (Basic Information) for HTTP events, or
   SLACK_APP_TOKEN       xapp-... (Socket Mode, no public URL needed)
-  ANTHROPIC_API_KEY     for Claude (without it, replies come from an offline model)
+  ANTHROPIC_API_KEY     for Claude (without it, replies come from an offline model;
+                        with it and no Slack credentials, this terminal chat uses Claude)
 """
 
 SLACK_NOT_BUILT = """\
@@ -26,4 +27,14 @@ def offline_intro(database: str) -> str:
     return (
         f"Offline demo: each line you type is a durable turn stored in {database}.\n"
         "Kill this process at any point and run it again: unfinished turns resume.\n"
+    )
+
+
+def terminal_with_claude(model: str, database: str) -> str:
+    """What the terminal chat says when it talks to Claude."""
+    return (
+        f"No Slack credentials found: chatting with Claude ({model}) in this terminal.\n"
+        f"Each line you type is a durable turn stored in {database}; an empty line ends.\n"
+        "For the Slack bot, create the app from manifest.yml and set SLACK_BOT_TOKEN\n"
+        "with SLACK_SIGNING_SECRET (HTTP) or SLACK_APP_TOKEN (Socket Mode).\n"
     )

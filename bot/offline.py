@@ -9,7 +9,7 @@ from __future__ import annotations
 from agent import Agent, ModelReply, ModelRequest, ToolContext, ToolMessage, tool
 from agent.testing import ScriptedModel, call, reply
 
-__all__ = ["offline_agent"]
+__all__ = ["offline_agent", "remember"]
 
 
 @tool

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 from agent import (
     AssistantMessage,
+    Message,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -24,7 +27,7 @@ from .wire_checks import assert_valid_api_messages
 CACHE = {"type": "ephemeral"}
 
 
-def tool_turn(turn: str, *, error: bool = False) -> list:
+def tool_turn(turn: str, *, error: bool = False) -> list[Message]:
     call = ToolCall(id=f"{turn}-c1", name="lookup", input={"q": "x"})
     result = {"error": "KeyError: 'x'"} if error else {"rows": [1, 2]}
     return [
@@ -64,7 +67,7 @@ def test_a_tool_that_raised_goes_back_as_an_error_result_with_its_message():
 
 def test_results_closing_a_failed_turn_merge_with_the_next_message_and_stay_first():
     call = ToolCall(id="c9", name="lookup", input={})
-    transcript = [
+    transcript: list[Message] = [
         UserMessage(turn_id="t1", text="go"),
         AssistantMessage(turn_id="t1", content=(call,)),
         ToolMessage(
@@ -83,7 +86,7 @@ def test_results_closing_a_failed_turn_merge_with_the_next_message_and_stay_firs
 
 
 def test_empty_replies_are_left_out_and_empty_text_is_never_sent():
-    transcript = [
+    transcript: list[Message] = [
         UserMessage(turn_id="t1", text="  "),
         AssistantMessage(turn_id="t1", content=()),
         TriggerMessage(turn_id="t2", text="Summarize the day.", by="schedule:daily"),
@@ -107,7 +110,7 @@ def test_thinking_blocks_go_back_exactly_as_received():
     thinking = ThinkingBlock(thinking="Need the rows.", signature="sig-abc")
     redacted = RedactedThinkingBlock(data="opaque==")
     call = ToolCall(id="c1", name="lookup", input={})
-    transcript = [
+    transcript: list[Message] = [
         UserMessage(turn_id="t1", text="go"),
         AssistantMessage(turn_id="t1", content=(thinking, redacted, call)),
         ToolMessage(turn_id="t1", call_id="c1", name="lookup", result=[]),
@@ -137,7 +140,7 @@ def test_cache_breakpoints_sit_on_the_system_prompt_and_the_newest_message():
 
 
 def test_a_breakpoint_never_lands_on_a_thinking_block():
-    wire = [
+    wire: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "go"}]},
         {
             "role": "assistant",
@@ -154,13 +157,17 @@ def test_a_breakpoint_never_lands_on_a_thinking_block():
 
 def test_a_tool_loop_begun_without_thinking_finishes_without_it():
     call = ToolCall(id="c1", name="lookup", input={})
-    plain = [
+    plain: list[Message] = [
         UserMessage(turn_id="t1", text="go"),
         AssistantMessage(turn_id="t1", content=(call,)),
         ToolMessage(turn_id="t1", call_id="c1", name="lookup", result=1),
     ]
     assert turn_began_without_thinking(plain)
     thought = ThinkingBlock(thinking="hm", signature="s")
-    with_thinking = [plain[0], AssistantMessage(turn_id="t1", content=(thought, call)), plain[2]]
+    with_thinking: list[Message] = [
+        plain[0],
+        AssistantMessage(turn_id="t1", content=(thought, call)),
+        plain[2],
+    ]
     assert not turn_began_without_thinking(with_thinking)
     assert not turn_began_without_thinking([*plain, UserMessage(turn_id="t2", text="next")])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,3 +55,76 @@ def test_slack_credentials_are_never_echoed(tmp_path):
 
     assert result.returncode == 2
     assert secret not in result.stdout + result.stderr
+
+
+async def run_bot_async(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """Like `run_bot`, without blocking the loop a local fake server runs on."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
+    full_env.update(env, PYTHONPATH=str(ROOT))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        env=full_env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def chat_with_claude(
+    api: FakeAnthropic, line: str, *, key: str, folder: Path
+) -> tuple[int, str, str]:
+    """One line of the terminal chat, with Claude's API at ``api``."""
+    return await run_bot_async(
+        line,
+        env={
+            "DATABASE_URL": f"sqlite:///{folder}/bot.db",
+            "ANTHROPIC_API_KEY": key,
+            "ANTHROPIC_BASE_URL": api.base_url,
+        },
+    )
+
+
+async def test_with_an_anthropic_key_the_terminal_chats_with_claude(tmp_path):
+    async with FakeAnthropic(api_key="sk-ant-test") as api:
+        api.queue(Reply.text("The deploy is on Friday."))
+        code, out, err = await chat_with_claude(
+            api, "When is the deploy?", key="sk-ant-test", folder=tmp_path
+        )
+
+    assert code == 0, err
+    assert "chatting with Claude (claude-sonnet-5-5)" in out
+    assert "The deploy is on Friday." in out
+    [body] = api.requests
+    assert body["messages"][0]["content"][0]["text"] == "When is the deploy?"
+    assert [t["name"] for t in body["tools"]] == ["remember"]
+
+
+async def test_a_rejected_key_is_reported_in_the_chat_without_the_key(tmp_path):
+    async with FakeAnthropic(api_key="the-right-key") as api:
+        code, out, err = await chat_with_claude(
+            api, "hello", key="sk-ant-wrong-and-secret", folder=tmp_path
+        )
+
+    assert code == 0, err
+    assert "[failed: the model provider refused the request (401 authentication_error)" in out
+    assert "sk-ant-wrong-and-secret" not in out + err
+
+
+def test_anthropic_settings_the_api_would_refuse_stop_the_bot_at_start(tmp_path):
+    result = run_bot(
+        env={
+            "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
+            "ANTHROPIC_API_KEY": "k",
+            "ANTHROPIC_THINKING": "true",
+            "ANTHROPIC_THINKING_BUDGET": "10",
+        }
+    )
+    assert result.returncode == 2
+    assert "thinking_budget must be at least 1024" in result.stderr
+    assert "Traceback" not in result.stderr
