@@ -12,6 +12,7 @@ the step again without having committed anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -99,7 +100,11 @@ class AnthropicModel:
             ModelError: The call failed; ``retryable`` says whether asking again may help.
         """
         deadline = asyncio.get_running_loop().time() + self.settings.step_timeout
-        messages = await self._fitted(request)
+        try:
+            async with asyncio.timeout_at(deadline):
+                messages = await self._fitted(request)
+        except TimeoutError as exc:
+            raise self._late() from exc
         params = self._params(request, messages)
         content: list[ContentBlock] = []
         usage = Usage()
@@ -130,7 +135,11 @@ class AnthropicModel:
                 ],
             }
         try:
-            async with self._client.messages.stream(**params) as events:
+            async with contextlib.AsyncExitStack() as stack:
+                # the deadline covers sending the request and the SDK's retries too,
+                # not only the stream once it flows
+                async with asyncio.timeout_at(deadline):
+                    events = await stack.enter_async_context(self._client.messages.stream(**params))
                 iterator = aiter(events)
                 while True:
                     async with asyncio.timeout_at(deadline):
@@ -148,9 +157,7 @@ class AnthropicModel:
                 f"the reply stream broke: {type(exc).__name__}", retryable=True
             ) from exc
         except TimeoutError as exc:
-            raise ModelError(
-                f"no complete reply within {self.settings.step_timeout:g} s", retryable=True
-            ) from exc
+            raise self._late() from exc
         except ValueError as exc:
             # the SDK could not parse a tool call's streamed input
             raise ModelError("the reply held malformed tool input", retryable=True) from exc
@@ -239,6 +246,11 @@ class AnthropicModel:
         )
         return ModelError(
             self._redacted(text), retryable=retryable, retry_after=_retry_after(exc.response)
+        )
+
+    def _late(self) -> ModelError:
+        return ModelError(
+            f"no complete reply within {self.settings.step_timeout:g} s", retryable=True
         )
 
     def _redacted(self, text: str) -> str:

@@ -35,7 +35,8 @@ class AnthropicSettings:
     read_timeout: float = 60.0
     """Seconds the stream may stay silent (the API pings while it thinks)."""
     step_timeout: float = 600.0
-    """Seconds one model call may take in all, retries included."""
+    """Seconds one try of a model step may take in all: counting tokens, sending the
+    request, the SDK's own retries and the whole stream."""
     max_retries: int = 2
     """The SDK's own retries of a request the API refused for a passing reason."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -335,6 +336,25 @@ async def test_a_stalled_stream_hits_the_step_deadline_and_is_asked_again(api, c
     done = await runtime.session("a", "s1").turn("hi")
     assert done.text == "Here now."
     assert len(api.requests) == 2
+
+
+async def test_the_step_deadline_covers_a_request_that_never_gets_an_answer(
+    api, claude, runtime_for
+):
+    release = asyncio.Event()
+
+    async def never(body: dict[str, Any]) -> Reply:
+        await release.wait()
+        return Reply.text("too late")
+
+    api._script = never
+    model = claude(step_timeout=0.5, read_timeout=30.0, max_retries=2)
+    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=1))
+    with pytest.raises(TurnFailedError, match=r"no complete reply within 0.5 s"):
+        await runtime.session("a", "s1").turn("hi")
+    release.set()
+    # cut by the step's deadline, long before the read timeout would let the SDK retry
+    assert len(api.requests) == 1
 
 
 async def test_a_wrong_key_fails_the_turn_clearly_without_the_key_or_the_request(
