@@ -208,6 +208,16 @@ async def _kill_mid_stream(api: FakeAnthropic, first: Child) -> None:
     await first.kill()
 
 
+async def _recover(api: FakeAnthropic, spawn: Any, reply: Reply, folder: Path) -> tuple[Any, Any]:
+    """Queue the whole reply, run a recovering child, and read what it left on disk."""
+    api.queue(reply)
+    second = await spawn("recover")
+    assert await second.result() == {"type": "Completed", "text": child.FINAL_TEXT}
+    final = _stored(folder / "sessions.db")
+    assert final.turn_status == "completed"
+    return final, second
+
+
 async def test_kill_mid_stream_of_the_first_reply_asks_it_again_and_commits_once(
     api, spawn, tmp_path
 ):
@@ -223,13 +233,7 @@ async def test_kill_mid_stream_of_the_first_reply_asks_it_again_and_commits_once
     assert killed.roles == ["user"]
     assert len(api.requests) == 1
 
-    api.queue(whole)
-    second = await spawn("recover")
-    result = await second.result()
-
-    assert result == {"type": "Completed", "text": child.FINAL_TEXT}
-    final = _stored(tmp_path / "sessions.db")
-    assert final.turn_status == "completed"
+    final, second = await _recover(api, spawn, whole, tmp_path)
     assert final.steps == {"model:1"}
     assert final.roles == ["user", "assistant"]
     assert final.assistant_texts == [child.FINAL_TEXT]
@@ -264,13 +268,7 @@ async def test_kill_mid_stream_of_the_reply_after_a_tool_asks_only_that_step_aga
     assert len(_tool_runs(tmp_path)) == 1
     assert len(api.requests) == 2
 
-    api.queue(whole)
-    second = await spawn("recover")
-    result = await second.result()
-
-    assert result == {"type": "Completed", "text": child.FINAL_TEXT}
-    final = _stored(tmp_path / "sessions.db")
-    assert final.turn_status == "completed"
+    final, _ = await _recover(api, spawn, whole, tmp_path)
     assert final.steps == {"model:1", f"tool:1:{TOOL_CALL_ID}", "model:3"}
     assert final.roles == ["user", "assistant", "tool", "assistant"]
     kept_thinking, made_call = final.messages[1]["content"]
