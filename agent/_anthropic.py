@@ -28,12 +28,12 @@ from agent._anthropic_wire import (
     api_messages,
     api_system,
     api_tools,
-    mark_newest_message,
+    mark_cache_points,
     message_size,
     turn_began_without_thinking,
 )
 from agent._window import ContextWindow
-from agent.errors import ModelError
+from agent.errors import ConfigError, ModelError
 from agent.messages import (
     ContentBlock,
     Message,
@@ -72,14 +72,16 @@ class AnthropicModel:
         self.settings = settings or AnthropicSettings()
         self.settings.check()
         self._secret = self.settings.api_key
-        self._client = anthropic.AsyncAnthropic(
-            api_key=self.settings.api_key,
-            base_url=self.settings.base_url,
-            max_retries=self.settings.max_retries,
-            timeout=anthropic.Timeout(
-                self.settings.read_timeout, connect=min(10.0, self.settings.read_timeout)
-            ),
-        )
+        try:
+            self._client = self._new_client()
+        except anthropic.AnthropicError as exc:
+            # a profile or identity file the SDK found but could not use
+            raise ConfigError(
+                f"no usable Anthropic credentials ({exc}); set ANTHROPIC_API_KEY"
+            ) from exc
+        client = self._client
+        if not (client.api_key or client.auth_token or client.credentials):
+            raise ConfigError("no Anthropic API key: set ANTHROPIC_API_KEY")
         self._cache: Json = {"type": "ephemeral"}
         if self.settings.cache_ttl != "5m":
             self._cache["ttl"] = self.settings.cache_ttl
@@ -87,6 +89,17 @@ class AnthropicModel:
             ContextWindow(budget=self.settings.context_budget, size=message_size)
             if self.settings.context_budget is not None
             else None
+        )
+
+    def _new_client(self) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
+            api_key=self.settings.api_key,
+            base_url=self.settings.base_url,
+            max_retries=self.settings.max_retries,
+            timeout=anthropic.Timeout(
+                self.settings.read_timeout, connect=min(10.0, self.settings.read_timeout)
+            ),
+            middleware=[_RetryAfterCap(self.settings.max_retry_wait)],
         )
 
     async def aclose(self) -> None:
@@ -167,7 +180,7 @@ class AnthropicModel:
 
     def _params(self, request: ModelRequest, messages: Sequence[Message]) -> Json:
         wire = api_messages(messages)
-        mark_newest_message(wire, self._cache)
+        mark_cache_points(wire, self._cache)
         system = api_system(request.system, self._cache)
         params: Json = {
             "model": self.settings.model,
@@ -182,11 +195,16 @@ class AnthropicModel:
         return params
 
     def _thinking(self, messages: Sequence[Message]) -> Json:
-        if not self.settings.thinking or turn_began_without_thinking(messages):
+        if not self.settings.thinking:
             return {"type": "disabled"}
-        if self.settings.thinking_budget is not None:
-            return {"type": "enabled", "budget_tokens": self.settings.thinking_budget}
-        return {"type": "adaptive"}
+        if self.settings.thinking_budget is None:
+            # adaptive thinking may skip a step, so a reply without it proves nothing
+            return {"type": "adaptive"}
+        if turn_began_without_thinking(messages):
+            # manual thinking thinks on every reply: a loop begun without it began with
+            # thinking off (before a restart that turned it on) and must end that way
+            return {"type": "disabled"}
+        return {"type": "enabled", "budget_tokens": self.settings.thinking_budget}
 
     # -- the context window --------------------------------------------------
 
@@ -197,7 +215,7 @@ class AnthropicModel:
             len(t.description) + len(json.dumps(t.input_schema)) for t in request.tools
         )
         return await self._window.fit(
-            request.session_id,
+            f"{request.agent}\x1f{request.session_id}",
             request.messages,
             overhead=overhead,
             count=functools.partial(self._count, request),
@@ -259,6 +277,31 @@ class AnthropicModel:
         return text
 
 
+class _RetryAfterCap(anthropic.Middleware):
+    """Caps how long a ``retry-after`` makes the SDK wait before its retry.
+
+    The SDK obeys the header however large; a provider asking for an hour
+    would hold the turn that long.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    async def handle_async(self, request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        headers = response.http_response.headers
+        asked = "retry-after" in headers or "retry-after-ms" in headers
+        wait = _retry_after(response.http_response)
+        if asked:
+            for name in ("retry-after-ms", "retry-after"):
+                headers.pop(name, None)
+            # a date we cannot read is as good as "long"
+            headers["retry-after"] = (
+                f"{min(wait if wait is not None else self._seconds, self._seconds):g}"
+            )
+        return response
+
+
 class _Reply:
     """One streamed API message, accumulated into our blocks."""
 
@@ -269,11 +312,14 @@ class _Reply:
         self.stop_reason = "end_turn"
         self.usage = Usage()
         self._tool_json: dict[int, str] = {}
+        self._closed: set[int] = set()
 
     def take(self, event: Any) -> ModelStreamEvent | None:
         """Note one SDK stream event; the delta to pass on, if it is one."""
         if event.type == "message_stop":
             self.stopped = True
+        elif event.type == "content_block_stop":
+            self._closed.add(event.index)
         elif event.type == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta":
@@ -296,11 +342,23 @@ class _Reply:
             cache_read_input_tokens=used.cache_read_input_tokens or 0,
             cache_creation_input_tokens=used.cache_creation_input_tokens or 0,
         )
+        last = len(message.content) - 1
         for index, block in enumerate(message.content):
+            if block.type == "tool_use" and not self._is_whole(index, last):
+                # cut off mid-input: running it would run a guess
+                log.warning("dropped tool call %s: its input was cut off", block.id)
+                continue
             ours = self._block(index, block)
             if ours is not None:
                 self.blocks.append(ours)
                 self.raw_blocks.append(api_block(ours))
+
+    def _is_whole(self, index: int, last: int) -> bool:
+        """Whether a tool call's block was finished, not cut off by the token limit."""
+        if index not in self._closed:
+            return False
+        # the block the limit fell in may still be closed by the API: never trust it
+        return not (self.stop_reason == "max_tokens" and index == last)
 
     def _block(self, index: int, block: Any) -> ContentBlock | None:
         if block.type == "text":
@@ -312,8 +370,7 @@ class _Reply:
         if block.type == "tool_use":
             arguments = _complete_input(self._tool_json.get(index), block.input)
             if arguments is None:
-                # cut off mid-input (max_tokens): running it would run a guess
-                log.warning("dropped tool call %s: its input was cut off", block.id)
+                log.warning("dropped tool call %s: its input is not a JSON object", block.id)
                 return None
             return ToolCall(id=block.id, name=block.name, input=arguments)
         log.warning("dropped a %s block: no tool of ours produces it", block.type)
@@ -340,8 +397,12 @@ def _complete_input(streamed: str | None, parsed: Any) -> dict[str, Any] | None:
 
 
 def _retry_after(response: Any) -> float | None:
-    header = response.headers.get("retry-after") if response is not None else None
-    try:
-        return float(header) if header is not None else None
-    except ValueError:
+    """Seconds the provider asked us to wait, from ``retry-after-ms`` or ``retry-after``."""
+    if response is None:
         return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return float(response.headers[name]) / scale
+        except (KeyError, ValueError):
+            continue
+    return None

@@ -39,6 +39,8 @@ class AnthropicSettings:
     request, the SDK's own retries and the whole stream."""
     max_retries: int = 2
     """The SDK's own retries of a request the API refused for a passing reason."""
+    max_retry_wait: float = 30.0
+    """The longest the SDK waits before a retry, whatever ``retry-after`` asks."""
 
     def check(self) -> None:
         """Refuse settings the API would refuse on every request.
@@ -47,6 +49,11 @@ class AnthropicSettings:
             ConfigError: Naming each problem.
         """
         problems = []
+        key = self.api_key
+        if key is not None and (not key or any(c.isspace() or not c.isprintable() for c in key)):
+            # the SDK would put it in a header as is: it fails there, after retries,
+            # as a "connection error" whose cause quotes the key
+            problems.append("the API key is empty or holds spaces or line breaks")
         if self.max_tokens < 1:
             problems.append("max_tokens must be positive")
         if self.thinking_budget is not None and not (

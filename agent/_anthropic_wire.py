@@ -30,7 +30,7 @@ __all__ = [
     "api_messages",
     "api_system",
     "api_tools",
-    "mark_newest_message",
+    "mark_cache_points",
     "message_size",
     "turn_began_without_thinking",
 ]
@@ -76,7 +76,8 @@ def _role_and_blocks(message: Message) -> tuple[str, list[Json]]:
 
 
 def _is_sendable(block: ContentBlock) -> bool:
-    return not (isinstance(block, TextBlock) and not block.text)
+    # the API refuses a text block that is empty or only whitespace
+    return not (isinstance(block, TextBlock) and not block.text.strip())
 
 
 def api_block(block: ContentBlock) -> Json:
@@ -136,11 +137,25 @@ def api_tools(tools: Sequence[ToolSpec], cache: Json | None) -> list[Json]:
     return out
 
 
-def mark_newest_message(messages: list[Json], cache: Json) -> None:
-    """Put a cache breakpoint on the newest message, so the next step reads all before it."""
+def mark_cache_points(messages: list[Json], cache: Json) -> None:
+    """Put cache breakpoints on the newest message and on the previous request's newest.
+
+    The newest one lets the next step read all before it. The other sits
+    exactly where the previous request wrote the cache: the API looks back
+    only about 20 blocks from a breakpoint for an earlier entry, and a reply
+    with many tool calls adds more than that.
+    """
     if not messages:
         return
-    blocks = messages[-1]["content"]
+    _mark_last_block(messages[-1], cache)
+    for i in range(len(messages) - 2, 0, -1):
+        if messages[i]["role"] == "assistant":
+            _mark_last_block(messages[i - 1], cache)  # what was newest before this reply
+            return
+
+
+def _mark_last_block(message: Json, cache: Json) -> None:
+    blocks = message["content"]
     for i in range(len(blocks) - 1, -1, -1):
         if blocks[i]["type"] not in _NOT_CACHEABLE:
             blocks[i] = {**blocks[i], "cache_control": cache}

@@ -190,6 +190,7 @@ class TurnRun:
             system=self._agent.instructions,
             messages=TranscriptView(self._transcript),
             tools=self._agent.tool_specs,
+            agent=self._key.agent,
             session_id=self._key.session_id,
             turn_id=self.turn_id,
             step=step,
@@ -396,13 +397,16 @@ def _checked(reply: ModelReply | None, step: str) -> ModelReply:
     """Refuse a reply that must not commit (rule 6), before anything is written."""
     if reply is None:
         raise _StepFailed("the model stream ended without a reply", phase="model", step=step)
-    if reply.is_abnormal and not (reply.text or reply.tool_calls):
-        # thinking alone is nothing the person or the loop can use
-        raise _StepFailed(
-            f"the model stopped ({reply.stop_reason}) without any content",
-            phase="model",
-            step=step,
-        )
+    if not (reply.text.strip() or reply.tool_calls):
+        # blank text or thinking alone is nothing the person or the loop can use
+        if reply.is_abnormal:
+            raise _StepFailed(
+                f"the model stopped ({reply.stop_reason}) without any content",
+                phase="model",
+                step=step,
+            )
+        # a model sometimes ends a turn saying nothing; another try usually says something
+        raise ModelError("the model's reply was empty", retryable=True)
     ids = [c.id for c in reply.tool_calls]
     if len(ids) != len(set(ids)):
         raise _StepFailed("the model repeated a tool call id", phase="model", step=step)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 
 from agent.messages import Message, ToolMessage, TriggerMessage, UserMessage
 
@@ -27,6 +28,9 @@ MAX_HEAD_SHARE = 0.25
 """A first exchange bigger than this share of the budget shrinks to its opening message."""
 
 REMEMBERED_SESSIONS = 1_000
+
+NOTICE_SIZE = 200
+"""About the size of the notice of what was left out, as sent."""
 
 Count = Callable[[Sequence[Message]], Awaitable[int]]
 Size = Callable[[Message], int]
@@ -79,19 +83,35 @@ def _first_exchange_end(messages: Sequence[Message]) -> int:
     return 1
 
 
+@dataclass(slots=True)
+class _Memory:
+    """What a session's last request was, so the next one rarely needs counting."""
+
+    sizes: list[int] = field(default_factory=list)
+    """Each message's size, in transcript order, measured once."""
+    last_sized: Message | None = None
+    """The message ``sizes[-1]`` measures, by identity: the transcript is append-only."""
+    tail: int | None = None
+    """Where the window's tail starts; None when the whole transcript was sent."""
+    tail_turn: str = ""
+    chars: int = 0
+    tokens: int = 0
+    """Size and token count of what was last counted and sent."""
+
+
 class ContextWindow:
     """Chooses, per session, the window of a transcript that fits ``budget`` tokens.
 
     Args:
         budget: The most input tokens a request may hold.
         size: A message's size in characters as sent, the cheap estimate used
-            to skip counting for small threads and to place cuts.
+            to skip counting and to place cuts.
     """
 
     def __init__(self, *, budget: int, size: Size) -> None:
         self.budget = budget
         self._size = size
-        self._cuts: OrderedDict[str, int] = OrderedDict()
+        self._memory: OrderedDict[str, _Memory] = OrderedDict()
 
     async def fit(
         self, key: str, messages: Sequence[Message], *, overhead: int, count: Count
@@ -99,43 +119,77 @@ class ContextWindow:
         """The messages to send for session ``key``.
 
         Args:
-            key: The session, whose cut is remembered between its steps.
+            key: The session (and agent), whose cut is remembered between steps.
             messages: The whole transcript.
             overhead: The size of the system prompt and tools, in characters.
             count: Counts the tokens of a request made of the given messages
                 (with the system prompt and tools): the provider's own count.
         """
-        sizes = [self._size(m) for m in messages]
-        if overhead + sum(sizes) <= self.budget:
+        memory = self._recall(key)
+        sizes = self._sizes(memory, messages)
+        whole = overhead + sum(sizes)
+        if whole <= self.budget:
             return messages  # a token spans at least one character, so this surely fits
         cuts = valid_cuts(messages)
         head = self._head(messages, sizes)
-        remembered = self._cuts.get(key)
-        if remembered is not None and remembered in cuts and remembered > head:
-            candidate = windowed(messages, head, remembered)
-            tokens = await count(candidate)
-            if tokens <= self.budget:
-                self._cuts.move_to_end(key)
-                return candidate
-            chars = overhead + sum(sizes[:head]) + sum(sizes[remembered:])
-        else:
-            tokens = await count(messages)
-            if tokens <= self.budget:
-                self._cuts.pop(key, None)
-                return messages
-            chars = overhead + sum(sizes)
+        tail = memory.tail if self._still_cuts(memory, messages, head) else None
+        sent = messages if tail is None else windowed(messages, head, tail)
+        chars = whole if tail is None else overhead + _window_chars(messages, sizes, head, tail)
+        if memory.tokens and memory.chars <= chars <= memory.chars + self.budget - memory.tokens:
+            return sent  # grown by less than the room left, even at a token a character
+        tokens = await count(sent)
+        if tokens <= self.budget:
+            self._note(memory, messages, tail, chars, tokens)
+            return sent
         per_char = tokens / max(chars, 1)
         target = self.budget * REFILL
         for _ in range(4):
             tail = _tail_start(sizes, cuts, head, target / per_char, overhead)
-            candidate = windowed(messages, head, tail)
-            tokens = await count(candidate)
+            sent = windowed(messages, head, tail)
+            tokens = await count(sent)
             if tokens <= self.budget:
-                self._remember(key, tail)
-                return candidate
+                chars = overhead + _window_chars(messages, sizes, head, tail)
+                self._note(memory, messages, tail, chars, tokens)
+                return sent
             target *= 0.7  # the estimate was short; aim lower
         log.warning("session %s: no window of its transcript fits %d tokens", key, self.budget)
-        return candidate
+        return sent
+
+    def _recall(self, key: str) -> _Memory:
+        memory = self._memory.get(key)
+        if memory is None:
+            memory = self._memory[key] = _Memory()
+            while len(self._memory) > REMEMBERED_SESSIONS:
+                self._memory.popitem(last=False)
+        self._memory.move_to_end(key)
+        return memory
+
+    def _sizes(self, memory: _Memory, messages: Sequence[Message]) -> list[int]:
+        """Each message's size, measuring only those added since the last request."""
+        known = len(memory.sizes)
+        if not known or known > len(messages) or messages[known - 1] is not memory.last_sized:
+            memory.sizes, known = [], 0  # another transcript (reloaded, reset): measure anew
+            memory.tokens = 0
+        memory.sizes.extend(self._size(m) for m in messages[known:])
+        memory.last_sized = messages[-1] if messages else None
+        return memory.sizes
+
+    def _still_cuts(self, memory: _Memory, messages: Sequence[Message], head: int) -> bool:
+        tail = memory.tail
+        return (
+            tail is not None
+            and head < tail < len(messages)
+            and messages[tail].turn_id == memory.tail_turn
+            and not isinstance(messages[tail], ToolMessage)
+        )
+
+    @staticmethod
+    def _note(
+        memory: _Memory, messages: Sequence[Message], tail: int | None, chars: int, tokens: int
+    ) -> None:
+        memory.tail = tail
+        memory.tail_turn = messages[tail].turn_id if tail is not None else ""
+        memory.chars, memory.tokens = chars, tokens
 
     def _head(self, messages: Sequence[Message], sizes: list[int]) -> int:
         end = _first_exchange_end(messages)
@@ -143,11 +197,12 @@ class ContextWindow:
             return 1  # only the opening message
         return end
 
-    def _remember(self, key: str, tail: int) -> None:
-        self._cuts[key] = tail
-        self._cuts.move_to_end(key)
-        while len(self._cuts) > REMEMBERED_SESSIONS:
-            self._cuts.popitem(last=False)
+
+def _window_chars(messages: Sequence[Message], sizes: list[int], head: int, tail: int) -> int:
+    """The size of ``windowed(messages, head, tail)``, from sizes already measured."""
+    opening = _newest_opening(messages, tail)
+    pinned = sizes[opening] if opening is not None and opening >= head else 0
+    return sum(sizes[:head]) + NOTICE_SIZE + pinned + sum(sizes[tail:])
 
 
 def _tail_start(sizes: list[int], cuts: list[int], head: int, room: float, overhead: int) -> int:

@@ -39,6 +39,7 @@ class ModelRequest:
     messages: Sequence[Message]
     """A view on the live transcript; valid for the duration of the call."""
     tools: tuple[ToolSpec, ...] = ()
+    agent: str = ""
     session_id: str = ""
     turn_id: str = ""
     step: str = ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent import DEFAULT_MODEL, AnthropicSettings
@@ -35,6 +35,21 @@ class Settings(BaseSettings):
     anthropic_read_timeout: float = 60.0
     anthropic_step_timeout: float = 600.0
     anthropic_max_retries: int = 2
+
+    @field_validator(
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_app_token",
+        "anthropic_api_key",
+        mode="before",
+    )
+    @classmethod
+    def _unset_when_blank(cls, value: object) -> object:
+        # a secret read from a file often ends in a newline; a blank one is no secret
+        if isinstance(value, str):
+            value = value.strip()
+            return value or None
+        return value
 
     @property
     def has_slack(self) -> bool:

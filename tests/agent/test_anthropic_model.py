@@ -424,3 +424,159 @@ async def test_a_thread_past_its_budget_sends_a_valid_window_and_keeps_the_trans
     questions = [t for t in texts if t.startswith("Question")]
     assert questions[-1].startswith("Question 11:")  # and the newest
     assert isinstance(stored[-1], AssistantMessage)
+
+
+# -- gaps a review found ----------------------------------------------------------------------
+
+
+async def test_usage_carries_input_and_output_tokens_as_the_api_counted_them(
+    api, claude, runtime_for
+):
+    api.queue(Reply.text("Fine."))
+    runtime, _ = await runtime_for(claude())
+    done = await runtime.session("a", "s1").turn("How are you?")
+    [counted] = api.usages
+    assert done.usage.input_tokens == counted["input_tokens"]
+    assert done.usage.output_tokens > 0
+    assert done.usage.cache_creation_input_tokens == counted["cache_creation_input_tokens"]
+
+
+async def test_a_reply_of_only_whitespace_is_asked_again_and_never_stored(
+    api, claude, runtime_for, sqlite_store
+):
+    api.queue(Reply.text("\n\n"), Reply.text("Here it is."))
+    runtime, _ = await runtime_for(claude())
+    session = runtime.session("a", "s1")
+    done = await session.turn("Answer me")
+    assert done.text == "Here it is."
+    assert [m.role for m in await transcript(sqlite_store)] == ["user", "assistant"]
+    await session.turn("And again")  # the next request is one the API accepts
+    assert_valid_api_messages(api.requests[-1]["messages"])
+
+
+async def test_a_tool_call_cut_off_by_max_tokens_is_dropped_not_run(
+    api, claude, runtime_for, sqlite_store
+):
+    text = {"type": "text", "text": "Posting the summary now."}
+    cut = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Pa"}}
+    api.queue(Reply([text, cut], stop_reason="max_tokens"))
+    runtime, sink = await runtime_for(claude(), tools=[lookup])
+    done = await runtime.session("a", "s1").turn("Summarize")
+    assert done.text == "Posting the summary now."
+    assert not [e for e in sink.events if e.type == "action.requested"]
+    stored = await transcript(sqlite_store)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].tool_calls == ()
+
+
+async def test_pause_turn_continues_a_bounded_number_of_times(
+    api, claude, runtime_for, sqlite_store
+):
+    from agent._anthropic import MAX_CONTINUATIONS
+
+    api.queue(*[Reply.text(f"part {n}.", stop_reason="pause_turn") for n in range(10)])
+    runtime, _ = await runtime_for(claude())
+    done = await runtime.session("a", "s1").turn("Research this")
+    assert len(api.requests) == MAX_CONTINUATIONS + 1
+    assert done.text == "".join(f"part {n}." for n in range(MAX_CONTINUATIONS + 1))
+    stored = await transcript(sqlite_store)
+    assert stored[-1].stop_reason == "pause_turn"  # it had content, so it committed
+
+
+async def test_a_long_tool_batch_still_lets_the_next_step_read_the_cache(api, claude, runtime_for):
+    batch = [
+        {"type": "tool_use", "id": f"toolu_{n}", "name": "lookup", "input": {"city": f"C{n}"}}
+        for n in range(12)
+    ]
+    api.queue(Reply(batch, stop_reason="tool_use"), Reply.text("All sunny."))
+    runtime, _ = await runtime_for(claude(), tools=[lookup])
+    await runtime.session("a", "s1").turn("Weather in twelve cities?")
+    first, second = api.usages
+    # 25 new blocks since the last breakpoint: beyond the API's 20-block look-back,
+    # so it is the breakpoint left where the first request wrote that keeps the read
+    assert second["cache_read_input_tokens"] >= (
+        first["cache_read_input_tokens"] + first["cache_creation_input_tokens"]
+    )
+
+
+async def test_a_multi_step_tool_loop_under_manual_thinking_is_accepted(
+    api, claude, runtime_for, sqlite_store
+):
+    thought = {"type": "thinking", "thinking": "Two lookups.", "signature": "sig-1"}
+    first = Reply.tool("lookup", {"city": "Paris"}, id="toolu_1")
+    api.queue(
+        Reply([thought, *first.content], stop_reason="tool_use"),
+        Reply.tool("lookup", {"city": "Lyon"}, id="toolu_2"),
+        Reply.text("Sunny in both."),
+    )
+    runtime, _ = await runtime_for(claude(thinking=True, thinking_budget=2048), tools=[lookup])
+    done = await runtime.session("a", "s1").turn("Paris and Lyon?")
+    assert done.text == "Sunny in both."
+    assert [b["thinking"] for b in api.requests] == [{"type": "enabled", "budget_tokens": 2048}] * 3
+    assert api.requests[2]["messages"][1]["content"][0] == thought
+
+
+async def test_a_loop_begun_without_thinking_finishes_without_it_after_thinking_is_turned_on(
+    api, claude, runtime_for, sqlite_store
+):
+    # the step after the tool never answers: the deploy lands mid-turn
+    api.queue(Reply.tool("lookup", {"city": "Paris"}, id="toolu_1"), Hang(Reply.text("x"), 1))
+    runtime, _ = await runtime_for(claude(), tools=[lookup])
+    session = runtime.session("a", "s1")
+    turn_id = await session.start("Weather?")
+    await asyncio.wait_for(api.hung.wait(), 10)  # the tool step committed; the next one hangs
+    await runtime.close()
+    assert [m.role for m in await transcript(sqlite_store)] == ["user", "assistant", "tool"]
+
+    api.queue(Reply.text("Sunny."))
+    thinking_model = claude(thinking=True, thinking_budget=2048)
+    runtime, _ = await runtime_for(thinking_model, tools=[lookup])
+    done = await runtime.session("a", "s1").result(turn_id)
+    assert done.text == "Sunny."
+    assert api.requests[-1]["thinking"] == {"type": "disabled"}  # the fake refuses "enabled" here
+
+
+async def test_an_unreachable_api_is_a_clear_passing_error(claude, runtime_for, unused_tcp_port):
+    model = claude(base_url=f"http://127.0.0.1:{unused_tcp_port}", max_retries=1)
+    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=2, first_delay=0.01))
+    with pytest.raises(TurnFailedError, match="could not reach the model provider"):
+        await runtime.session("a", "s1").turn("hi")
+
+
+async def test_a_retry_after_of_an_hour_is_capped_so_the_turn_goes_on(api, claude, runtime_for):
+    api.queue(Fault.rate_limited(3600), Reply.text("Back."))
+    runtime, _ = await runtime_for(claude(max_retry_wait=0.05))
+    done = await asyncio.wait_for(runtime.session("a", "s1").turn("hi"), timeout=10)
+    assert done.text == "Back."
+    assert len(api.requests) == 2
+
+
+async def test_when_the_sdk_gives_up_the_engine_waits_as_retry_after_says(api, claude, runtime_for):
+    api.queue(*[Fault.rate_limited(0.05)] * 2, Reply.text("Back."))
+    model = claude(max_retries=1)
+    # without the header's 0.05 s the engine would wait its own first_delay of 60 s
+    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=2, first_delay=60))
+    done = await asyncio.wait_for(runtime.session("a", "s1").turn("hi"), timeout=10)
+    assert done.text == "Back."
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-ant-secret\n", " sk-ant-secret", "sk-ant secret", ""], ids=repr
+)
+def test_a_key_the_api_could_never_take_is_refused_when_the_model_is_built(key):
+    from agent import ConfigError
+
+    with pytest.raises(ConfigError, match="API key") as refused:
+        AnthropicModel(AnthropicSettings(api_key=key))
+    assert "secret" not in str(refused.value)
+
+
+def test_no_key_anywhere_is_refused_when_the_model_is_built(monkeypatch, tmp_path):
+    from agent import ConfigError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("ANTHROPIC_PROFILE", raising=False)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))  # no profile in it
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
+        AnthropicModel(AnthropicSettings(api_key=None))

@@ -17,7 +17,7 @@ from agent._anthropic_wire import (
     api_messages,
     api_system,
     api_tools,
-    mark_newest_message,
+    mark_cache_points,
     turn_began_without_thinking,
 )
 from agent.messages import RedactedThinkingBlock
@@ -125,10 +125,12 @@ def test_thinking_blocks_go_back_exactly_as_received():
 
 def test_cache_breakpoints_sit_on_the_system_prompt_and_the_newest_message():
     wire = api_messages(tool_turn("t1")[:3])
-    mark_newest_message(wire, CACHE)
+    mark_cache_points(wire, CACHE)
     assert wire[-1]["content"][-1]["cache_control"] == CACHE
+    # and where the request before this one put its newest breakpoint: the question
+    assert wire[0]["content"][-1]["cache_control"] == CACHE
     marked = [b for m in wire for b in m["content"] if "cache_control" in b]
-    assert len(marked) == 1
+    assert len(marked) == 2
     assert api_system("Be brief.", CACHE) == [
         {"type": "text", "text": "Be brief.", "cache_control": CACHE}
     ]
@@ -150,7 +152,7 @@ def test_a_breakpoint_never_lands_on_a_thinking_block():
             ],
         },
     ]
-    mark_newest_message(wire, CACHE)
+    mark_cache_points(wire, CACHE)
     assert wire[1]["content"][0]["cache_control"] == CACHE
     assert "cache_control" not in wire[1]["content"][1]
 

@@ -133,3 +133,30 @@ async def test_a_cut_inside_the_newest_turn_keeps_the_question_it_answers():
     assert sent[notice_at + 1] is opening
     assert isinstance(sent[notice_at + 2], AssistantMessage)
     assert_valid_api_messages(api_messages(sent))
+
+
+async def test_a_thread_that_fits_is_counted_once_not_on_every_step():
+    messages = thread(20)
+    counter = Counter()
+    budget = (await counter(messages)) * 2  # over the budget in characters, not in tokens
+    counter.calls = 0
+    window = ContextWindow(budget=budget, size=message_size)
+    grown = list(messages)
+    for step in range(5):
+        grown.append(UserMessage(turn_id=f"n{step}", text="one more question"))
+        sent = await window.fit("s1", grown, overhead=OVERHEAD, count=counter)
+        assert list(sent) == grown
+    assert counter.calls == 1  # later steps grew by less than the room left
+
+
+async def test_a_remembered_cut_is_not_applied_to_another_transcript():
+    long = thread(60)
+    window = ContextWindow(budget=6_000, size=message_size)
+    first = list(await window.fit("s1", long, overhead=OVERHEAD, count=Counter()))
+    assert len(first) < len(long)
+    # the same key, a different (reset, or another agent's) transcript that fits whole
+    other = thread(12, words=80)
+    counter = Counter()
+    sent = list(await window.fit("s1", other, overhead=OVERHEAD, count=counter))
+    assert await counter(sent) <= 6_000
+    assert sent == other

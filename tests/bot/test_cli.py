@@ -128,3 +128,33 @@ def test_anthropic_settings_the_api_would_refuse_stop_the_bot_at_start(tmp_path)
     assert result.returncode == 2
     assert "thinking_budget must be at least 1024" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_model_tokens_and_thinking_come_from_the_environment(tmp_path):
+    async with FakeAnthropic(api_key="sk-ant-test") as api:
+        code, _, err = await run_bot_async(
+            "hi",
+            env={
+                "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
+                "ANTHROPIC_API_KEY": "sk-ant-test\n",  # as read from a secrets file
+                "ANTHROPIC_BASE_URL": api.base_url,
+                "ANTHROPIC_MODEL": "claude-opus-5-5",
+                "ANTHROPIC_MAX_TOKENS": "4096",
+                "ANTHROPIC_THINKING": "true",
+                "ANTHROPIC_THINKING_BUDGET": "2048",
+            },
+        )
+
+    assert code == 0, err
+    [body] = api.requests
+    assert body["model"] == "claude-opus-5-5"
+    assert body["max_tokens"] == 4096
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+
+
+def test_a_blank_anthropic_key_means_no_key(tmp_path):
+    result = run_bot(
+        "note", env={"DATABASE_URL": f"sqlite:///{tmp_path}/b.db", "ANTHROPIC_API_KEY": " "}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "holds 1 note(s)" in result.stdout  # the offline agent answered

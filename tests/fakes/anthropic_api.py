@@ -394,34 +394,32 @@ def _check_cache_controls(body: Json) -> None:
 
 
 def _check_thinking(body: Json) -> None:
-    """With thinking on, a tool loop that began with thinking must keep it in its newest call.
+    """With manual thinking on, a tool loop must begin with the thinking that led to it.
 
     Simplified from the real rule: the trailing tool loop is every message after
-    the last user message that is not only tool results. If any assistant message
-    in it has a thinking or redacted_thinking block and its newest assistant
-    message calls a tool, that message must begin with such a block (the API
-    needs the reasoning behind the pending call).
+    the last user message that is not only tool results. Under
+    ``{"type": "enabled"}`` (which thinks on every reply) its first assistant
+    message must begin with a thinking or redacted_thinking block when the loop
+    is still waiting on tool results: a client that dropped the block, or began
+    the loop with thinking off, is refused. Adaptive thinking may skip thinking,
+    so it is not checked.
     """
     thinking = body.get("thinking")
-    if not isinstance(thinking, dict) or thinking.get("type") == "disabled":
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return
     messages = body["messages"]
     loop = messages[_last_human_turn(messages) + 1 :]
     replies = [(i, m) for i, m in enumerate(loop) if m["role"] == "assistant"]
-    if not replies:
+    if not replies or messages[-1]["role"] != "user":
         return
-    offset, newest = replies[-1]
-    blocks = _blocks(newest["content"])
-    thought = any(
-        _block_type(b) in _THINKING_TYPES for _, m in replies for b in _blocks(m["content"])
-    )
-    calls = any(_block_type(b) == "tool_use" for b in blocks)
-    if thought and calls and (not blocks or _block_type(blocks[0]) not in _THINKING_TYPES):
+    offset, first = replies[0]
+    blocks = _blocks(first["content"])
+    if not blocks or _block_type(blocks[0]) not in _THINKING_TYPES:
         index = len(messages) - len(loop) + offset
-        first = _block_type(blocks[0]) if blocks else "nothing"
+        found = _block_type(blocks[0]) if blocks else "nothing"
         raise _Rejected(
             f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, "
-            f"but found `{first}`. When `thinking` is enabled, a final `assistant` message "
+            f"but found `{found}`. When `thinking` is enabled, a final `assistant` message "
             "must start with a thinking block."
         )
 

@@ -304,10 +304,8 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
             "thinking": THINKING,
             "messages": [
                 *HELLO,
-                {"role": "assistant", "content": [THOUGHT, tool_call("t1")]},
+                {"role": "assistant", "content": [tool_call("t1")]},
                 {"role": "user", "content": [tool_result("t1")]},
-                {"role": "assistant", "content": [tool_call("t2")]},
-                {"role": "user", "content": [tool_result("t2")]},
             ],
         },
         "Expected `thinking`",
@@ -330,10 +328,13 @@ async def test_refuses_what_the_api_refuses(body: dict[str, Any], complaint: str
 
 
 async def test_thinking_kept_through_the_tool_loop_is_accepted() -> None:
+    # thinking begins the loop; later replies of the loop need not think again
     messages: list[Any] = [
         *HELLO,
         {"role": "assistant", "content": [THOUGHT, tool_call("t1")]},
         {"role": "user", "content": [tool_result("t1")]},
+        {"role": "assistant", "content": [tool_call("t2")]},
+        {"role": "user", "content": [tool_result("t2")]},
     ]
     async with FakeAnthropic() as api, client(api) as c:
         await c.messages.create(model=MODEL, max_tokens=100, messages=messages, thinking=THINKING)
