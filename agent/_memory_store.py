@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agent.errors import StoreError
+from agent.errors import StoreConflictError, StoreError
 from agent.messages import JsonValue
 from agent.ports import Commit, SessionKey, SessionStatus, StoredSession
 from agent.turns import TURN_STATUSES_UNFINISHED, TurnRecord
@@ -82,17 +82,30 @@ class MemoryStore:
         return commit
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return self._turns_in(TURN_STATUSES_UNFINISHED)
+
+    async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return self._turns_in(frozenset({"suspended"}))
+
+    def _turns_in(self, statuses: frozenset[str]) -> list[tuple[SessionKey, TurnRecord]]:
         found = [
             (key, turn)
             for key, s in self._sessions.items()
             for turn in s.turns.values()
-            if turn.status in TURN_STATUSES_UNFINISHED
+            if turn.status in statuses
         ]
         return sorted(found, key=lambda kt: (kt[0].agent, kt[0].session_id, kt[1].seq))
 
     def _apply(self, key: SessionKey, commit: Commit) -> None:
         s = self._session(key)
         # check everything first so a clash writes nothing, as a rolled-back transaction
+        if commit.expect_status is not None:
+            assert commit.turn is not None
+            stored = s.turns.get(commit.turn.turn_id)
+            if stored is None or stored.status != commit.expect_status:
+                raise StoreConflictError(
+                    f"{key}: turn {commit.turn.turn_id} is no longer {commit.expect_status}"
+                )
         for m in commit.messages:
             if m.index in s.messages:
                 raise StoreError(f"{key}: transcript index {m.index} is already taken")

@@ -85,4 +85,4 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
     elif isinstance(ending, Cancelled):
         yield TurnCancelled(**base, seq=next_seq(), reason=ending.reason)
     elif isinstance(ending, Suspended):
-        yield InputRequested(**base, seq=next_seq(), request=ending.request)
+        yield InputRequested(**base, seq=next_seq(), request=ending.request.as_dict())

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import aiosqlite
 
 from agent._json import dumps, loads
-from agent.errors import StoreError
+from agent.errors import StoreConflictError, StoreError
 from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
 from agent.ports import Commit, SessionKey, StoredSession
 from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
@@ -67,6 +67,10 @@ MIGRATIONS: tuple[str, ...] = (
         result TEXT NOT NULL,
         PRIMARY KEY (session, turn_id, step_id)
     ) WITHOUT ROWID;
+    """,
+    # parked turns are found at start-up, to expire the requests nobody answered
+    """
+    CREATE INDEX turns_suspended ON turns (status) WHERE status = 'suspended';
     """,
 )
 
@@ -180,7 +184,10 @@ class SQLiteStore:
         return await self._run(_work_and_write, self._ids, key, work, record)
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        return await self._run(_unfinished)
+        return await self._run(_turns_in, "('queued', 'running')")
+
+    async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return await self._run(_turns_in, "('suspended')")
 
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""
@@ -214,7 +221,9 @@ def _configure(conn: sqlite3.Connection, synchronous: Synchronous) -> None:
             raise
 
 
-_Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...] | None, str | None]
+_Rows = tuple[
+    list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...] | None, str | None, str | None
+]
 
 
 def _rows(commit: Commit) -> _Rows:
@@ -233,7 +242,7 @@ def _rows(commit: Commit) -> _Rows:
     if commit.turn is not None:
         t = commit.turn
         turn = (t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
-    return messages, steps, turn, commit.status
+    return messages, steps, turn, commit.status, commit.expect_status
 
 
 class _SessionIds:
@@ -270,7 +279,14 @@ class _SessionIds:
 
 
 def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
-    messages, steps, turn, status = rows
+    messages, steps, turn, status, expect = rows
+    if expect is not None:
+        assert turn is not None
+        found = conn.execute(
+            "SELECT status FROM turns WHERE session = ? AND turn_id = ?", (sid, turn[0])
+        ).fetchone()
+        if found is None or found[0] != expect:
+            raise StoreConflictError(f"turn {turn[0]} is no longer {expect}")
     if messages:
         conn.executemany(
             "INSERT INTO messages (id, turn_id, role, body) VALUES (?, ?, ?, ?)",
@@ -370,10 +386,11 @@ def _load_steps(
     return {step_id: loads(result) for step_id, result in rows}
 
 
-def _unfinished(conn: sqlite3.Connection) -> list[tuple[SessionKey, TurnRecord]]:
+def _turns_in(conn: sqlite3.Connection, statuses: str) -> list[tuple[SessionKey, TurnRecord]]:
+    # ``statuses`` is one of two literals above, spelled as the partial indexes are
     rows = conn.execute(
         "SELECT s.agent, s.session_id, t.record FROM turns AS t JOIN sessions AS s"
-        " ON s.id = t.session WHERE t.status IN ('queued', 'running')"
+        f" ON s.id = t.session WHERE t.status IN {statuses}"
         " ORDER BY s.agent, s.session_id, t.seq"
     ).fetchall()
     return [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from agent.errors import FatalToolError, ModelError, StoreError, ToolError
 from agent.events import (
     ActionCompleted,
     ActionRequested,
+    InputRequested,
     MessageCompleted,
     MessageDelta,
     ReasoningDelta,
@@ -25,6 +27,15 @@ from agent.events import (
     TurnEvent,
     TurnFailed,
     TurnStarted,
+)
+from agent.hitl import (
+    EXPIRED,
+    InputRequest,
+    InputRequired,
+    answer_step,
+    answerers_from,
+    check_schema,
+    with_expiry,
 )
 from agent.messages import (
     AssistantMessage,
@@ -40,7 +51,7 @@ from agent.messages import (
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
 from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredSession, StoredStep
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
-from agent.turns import Completed, Failed, TurnRecord, TurnResult
+from agent.turns import Completed, Failed, Suspended, TurnRecord, TurnResult
 
 __all__ = ["TurnRun", "apply_commit", "opening_commit"]
 
@@ -86,6 +97,7 @@ class TurnRun:
         state: StoredSession,
         record: TurnRecord,
         emit: Callable[[TurnEvent], None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._agent = agent
         self._store = store
@@ -95,20 +107,56 @@ class TurnRun:
         self._record = record
         self._emit_to = emit
         self._seq = 0
+        self._clock = clock
+        self._answers: dict[str, JsonValue] | None = None
 
     @property
     def turn_id(self) -> str:
         """The turn this run drives."""
         return self._record.turn_id
 
+    @property
+    def record(self) -> TurnRecord:
+        """The turn's record as last committed."""
+        return self._record
+
+    def now(self) -> float:
+        """The runtime's clock, in seconds since the epoch."""
+        return self._clock()
+
     async def run(self) -> TurnResult:
-        """Run the turn to completion or failure, committing each step on the way."""
+        """Run the turn to completion, failure or a park, committing each step on the way."""
         await self._open()
-        self._emit(TurnStarted, trigger=self._record.input.trigger)
+        trigger = "resume" if self._record.resumes else self._record.input.trigger
+        self._emit(TurnStarted, trigger=trigger)
         try:
             return await self._loop()
         except _StepFailed as failure:
             return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+        except InputRequired as parked:
+            return await self._park(parked.request)
+
+    async def _park(self, request: InputRequest) -> TurnResult:
+        """One checkpoint holds everything the resumed turn needs; memory holds nothing."""
+        given = self._record.input
+        result = Suspended(
+            turn_id=self.turn_id,
+            request=request,
+            opening_text=given.text,
+            event=given.event,
+            policy=given.policy,
+        )
+        record = dataclasses.replace(self._record, status="suspended", result=result)
+        await self._commit(Commit(turn=record, status="suspended"))
+        self._emit(InputRequested, request=request.as_dict())
+        return result
+
+    async def answers(self) -> dict[str, JsonValue]:
+        """This turn's stored answers by step id, read once per run."""
+        if self._answers is None:
+            steps = await self._store.load_steps(self._key, self.turn_id)
+            self._answers = {k: v for k, v in steps.items() if k.startswith("input:")}
+        return self._answers
 
     async def _open(self) -> None:
         if self._record.opening_index is not None:
@@ -229,6 +277,8 @@ class TurnRun:
             idempotency_key=idempotency_key(self.turn_id, call.id),
         )
         tool = self._agent.tools_by_name.get(call.name)
+        if tool is not None and not tool.is_local:
+            ctx = dataclasses.replace(ctx, inputs=_Desk(self, call))
         try:
             if tool is None:
                 raise ToolError(f"unknown tool: {call.name}")
@@ -385,6 +435,37 @@ class TurnRun:
             **fields,
         )
         self._emit_to(event)
+
+
+class _Desk:
+    """Answers for one async tool call's ``request_input``: stored ones, or a park."""
+
+    def __init__(self, run: TurnRun, call: ToolCall) -> None:
+        self._run = run
+        self._call = call
+
+    async def ask(
+        self,
+        *,
+        id: str,
+        prompt: str,
+        schema: dict[str, JsonValue] | None,
+        answerers: Any,
+        ttl: float | None,
+    ) -> JsonValue:
+        stored = (await self._run.answers()).get(answer_step(self._run.turn_id, id))
+        if stored is not None:
+            return EXPIRED if stored.get("expired") else stored.get("value")
+        check_schema(schema)
+        request = InputRequest(
+            id=id,
+            prompt=prompt,
+            call_id=self._call.id,
+            tool=self._call.name,
+            schema=schema,
+            answerers=answerers_from(answerers, self._run.record.input.event),
+        )
+        raise InputRequired(with_expiry(request, ttl, self._run.now()))
 
 
 def _is_being_cancelled() -> bool:

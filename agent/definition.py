@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent.errors import ConfigError
+from agent.hitl import AuthorizeAnswer
 from agent.model import ToolSpec
 from agent.ports import Model
 from agent.tools import Tool
@@ -48,6 +49,8 @@ class Agent:
     instructions: str = ""
     tools: Sequence[Tool] = ()
     model_retry: ModelRetry = ModelRetry()
+    authorize_answer: AuthorizeAnswer | None = None
+    """Decides, at resume time, whether a resumer may answer a ``{policy, scope}`` request."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 

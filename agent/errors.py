@@ -5,6 +5,13 @@ The tree::
     AgentError
     ├── ConfigError            the engine was assembled or called wrongly (our misuse)
     ├── StoreError             the session store could not read or write
+    │   └── StoreConflictError a conditional write found the record changed under it
+    ├── ConflictError          the session is not in a state that allows this (HTTP 409)
+    │   ├── SessionSuspendedError  a new turn while the session waits for a person
+    │   └── ResumeConflictError    a resume of a turn or request that is not waiting
+    ├── ResumeAuthorizationError   this resumer may not answer this request (HTTP 403)
+    ├── InvalidAnswerError     the answer does not match the request's schema (HTTP 400)
+    ├── AuthorizeAnswerError   the agent's ``authorize_answer`` hook failed (HTTP 500)
     ├── UnknownTurnError       no turn with that id in the session (also a LookupError)
     ├── RuntimeClosedError     the runtime closed while a caller awaited a turn
     └── TurnError              something about one turn; carries ``turn_id``
@@ -22,10 +29,17 @@ from __future__ import annotations
 
 __all__ = [
     "AgentError",
+    "AuthorizeAnswerError",
     "ConfigError",
+    "ConflictError",
     "FatalToolError",
+    "InvalidAnswerError",
     "ModelError",
+    "ResumeAuthorizationError",
+    "ResumeConflictError",
     "RuntimeClosedError",
+    "SessionSuspendedError",
+    "StoreConflictError",
     "StoreError",
     "ToolError",
     "TurnCancelledError",
@@ -46,6 +60,42 @@ class ConfigError(AgentError):
 
 class StoreError(AgentError):
     """The session store failed to read or write."""
+
+
+class StoreConflictError(StoreError):
+    """A conditional write found the turn's record no longer as expected (another writer won)."""
+
+
+class ConflictError(AgentError):
+    """The session is not in a state that allows this request."""
+
+    http_status = 409
+
+
+class SessionSuspendedError(ConflictError):
+    """A new turn was started while the session waits for a person's answer."""
+
+
+class ResumeConflictError(ConflictError):
+    """A resume named a turn or request that is not waiting for an answer."""
+
+
+class ResumeAuthorizationError(AgentError, PermissionError):
+    """The resumer may not answer this request; nothing was stored."""
+
+    http_status = 403
+
+
+class InvalidAnswerError(AgentError, ValueError):
+    """The answer does not match the request's schema; nothing was stored."""
+
+    http_status = 400
+
+
+class AuthorizeAnswerError(AgentError):
+    """The agent's ``authorize_answer`` hook raised; the answer was not applied, retry it."""
+
+    http_status = 500
 
 
 class UnknownTurnError(AgentError, LookupError):

@@ -73,6 +73,9 @@ class Commit:
     turn: TurnRecord | None = None
     """Inserted, or replacing the stored record with the same id."""
     status: SessionStatus | None = None
+    expect_status: str | None = None
+    """Write only if the stored record of ``turn`` still has this status; otherwise
+    write nothing and raise `StoreConflictError` (another writer got there first)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -128,6 +131,10 @@ class SessionStore(Protocol):
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         """Every queued or running turn, in admission order per session."""
+        ...
+
+    async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        """Every turn parked for a person's answer."""
         ...
 
 

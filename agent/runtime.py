@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from agent.definition import Agent
@@ -13,6 +14,7 @@ from agent.errors import ConfigError, RuntimeClosedError
 from agent.events import TurnEvent
 from agent.ports import EventSink, SessionKey, SessionStore
 from agent.session import AgentSession
+from agent.turns import Suspended
 
 __all__ = ["AgentRuntime"]
 
@@ -39,6 +41,7 @@ class AgentRuntime:
         *,
         sink: EventSink | None = None,
         max_loaded_sessions: int = 1000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """Host ``agents`` on ``store``.
 
@@ -49,6 +52,7 @@ class AgentRuntime:
             max_loaded_sessions: How many sessions keep their transcript in memory;
                 beyond it, the least recently used idle ones are dropped and read
                 again when next used, so a long-lived bot does not grow without bound.
+            clock: Wall-clock seconds since the epoch; input requests expire by it.
         """
         self.store = store
         self._max_loaded = max_loaded_sessions
@@ -62,6 +66,8 @@ class AgentRuntime:
         self._sessions: dict[SessionKey, AgentSession] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
+        self.clock = clock
+        self._expiries: dict[tuple[SessionKey, str], asyncio.TimerHandle] = {}
 
     def agent(self, name: str) -> Agent:
         """The agent registered under ``name``.
@@ -111,11 +117,42 @@ class AgentRuntime:
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
+        for key, record in await self.store.suspended_turns():
+            if key.agent in self._agents and isinstance(record.result, Suspended):
+                # overdue while nobody ran: answered as expired at once, the rest on time
+                self.schedule_expiry(key, record.result)
         return recovered
+
+    def schedule_expiry(self, key: SessionKey, parked: Suspended) -> None:
+        """Answer ``parked``'s request as expired when its time comes (now, if overdue)."""
+        expires_at = parked.request.expires_at
+        if expires_at is None or self._is_closed:
+            return
+        self.cancel_expiry(key, parked.turn_id)
+        delay = max(0.0, expires_at - self.clock())
+        self._expiries[(key, parked.turn_id)] = asyncio.get_running_loop().call_later(
+            delay, self._expire, key, parked.turn_id, parked.request.id
+        )
+
+    def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:
+        """Forget the expiry timer of a request that was answered."""
+        handle = self._expiries.pop((key, turn_id), None)
+        if handle is not None:
+            handle.cancel()
+
+    def _expire(self, key: SessionKey, turn_id: str, input_id: str) -> None:
+        self._expiries.pop((key, turn_id), None)
+        if self._is_closed:
+            return
+        session = self.session(key.agent, key.session_id)
+        _ = self.spawn(_expire_quietly(session, turn_id, input_id), name=f"expire {key}/{turn_id}")
 
     async def close(self) -> None:
         """Stop running turns at once; they stay unfinished on disk for the next start."""
         self._is_closed = True
+        for handle in self._expiries.values():
+            handle.cancel()  # the next start schedules them again from the store
+        self._expiries.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -164,3 +201,12 @@ class AgentRuntime:
             self._sink.emit(event)
         except Exception:
             logger.exception("the event sink failed on %s", event.type)
+
+
+async def _expire_quietly(session: AgentSession, turn_id: str, input_id: str) -> None:
+    try:
+        if await session.expire(turn_id, input_id):
+            logger.info("request %s of turn %s in %s expired", input_id, turn_id, session.key)
+    except Exception:
+        # the next start finds it overdue and tries again
+        logger.exception("could not expire request %s of turn %s", input_id, turn_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections import deque
@@ -12,7 +13,10 @@ from typing import TYPE_CHECKING
 from agent._replay import fold_turn
 from agent._turn import TurnRun, apply_commit, opening_commit
 from agent.errors import (
+    ResumeConflictError,
     RuntimeClosedError,
+    SessionSuspendedError,
+    StoreConflictError,
     StoreError,
     TurnCancelledError,
     TurnFailedError,
@@ -24,19 +28,23 @@ from agent.events import (
     TurnEvent,
     TurnFailed,
 )
-from agent.ports import Commit, SessionKey, SessionStatus, StoredSession
+from agent.hitl import Grant, InputRequest, answer_step, check_answerer, check_value
+from agent.messages import JsonValue
+from agent.ports import Commit, SessionKey, SessionStatus, StoredSession, StoredStep
 from agent.tools import describe_error
 from agent.turns import (
     TURN_STATUSES_UNFINISHED,
     Cancelled,
     Completed,
     Failed,
+    Suspended,
     TurnInput,
     TurnRecord,
     TurnResult,
 )
 
 if TYPE_CHECKING:
+    from agent.definition import Agent
     from agent.runtime import AgentRuntime
 
 __all__ = ["AgentSession", "Observer"]
@@ -134,8 +142,11 @@ class AgentSession:
             if known is None or known.status in TURN_STATUSES_UNFINISHED:
                 self._refuse_if_halted()
             if known is not None:
+                # a redelivery: replays an unfinished turn, leaves a parked one parked
                 self._enqueue_unfinished(known)
                 return turn_id
+            if state.status == "suspended":
+                raise self._suspended_error(state)
             if not self._has_swept:
                 # an unfinished turn this process has not picked up yet runs first
                 for record in sorted(state.turns.values(), key=lambda t: t.seq):
@@ -159,6 +170,138 @@ class AgentSession:
             apply_commit(state, commit)
             self._enqueue(turn_id)
         return turn_id
+
+    def _suspended_error(self, state: StoredSession) -> SessionSuspendedError:
+        parked = _parked_in(state)
+        waiting = f" (turn {parked.turn_id} waits on {parked.request.id!r})" if parked else ""
+        return SessionSuspendedError(
+            f"{self.key} is waiting for a person's answer{waiting}; "
+            "no other turn starts until it is answered"
+        )
+
+    # -- human in the loop ------------------------------------------------------
+
+    @property
+    def agent(self) -> Agent:
+        """The agent whose session this is."""
+        return self._agent
+
+    async def parked(self) -> Suspended | None:
+        """The checkpoint of the turn this session is parked on, if it is."""
+        return _parked_in(await self._loaded())
+
+    async def pending(self) -> InputRequest | None:
+        """The request the session is parked on, if it is."""
+        parked = await self.parked()
+        return parked.request if parked else None
+
+    async def resume(
+        self,
+        turn_id: str,
+        input_id: str,
+        value: JsonValue,
+        *,
+        by: str | None = None,
+        granted: Grant | None = None,
+    ) -> None:
+        """Answer the request a parked turn waits on, and run the turn on from there.
+
+        The answer is stored under ``input:<turn_id>:<input_id>`` before anything
+        runs; the parked tool runs again from the top and its ``request_input``
+        returns ``value``. Of two resumes racing for one request (two clicks, two
+        processes), exactly one is applied.
+
+        Args:
+            turn_id: The parked turn.
+            input_id: The request's id.
+            value: The answer; it must match the request's schema.
+            by: The resumer's verified identity (a signed Slack click's user id).
+            granted: From `grant_answer`, for a ``{policy}`` request.
+
+        Raises:
+            ResumeConflictError: No such turn, it is not parked, it waits for
+                another request, or the request was already answered (the message
+                says by whom and how).
+            ResumeAuthorizationError: The resumer may not answer this request.
+            InvalidAnswerError: ``value`` does not match the request's schema.
+        """
+        self._runtime.check_open()
+        async with self._admit_lock:
+            state = await self._loaded()
+            request = await self._waiting_request(state, turn_id, input_id)
+            check_answerer(turn_id, request, by=by, granted=granted)
+            check_value(request, value)
+            await self._answer(state, turn_id, request, {"value": value, "by": by})
+
+    async def expire(self, turn_id: str, input_id: str) -> bool:
+        """Answer an overdue request as expired; False when it was answered meanwhile."""
+        async with self._admit_lock:
+            state = await self._loaded()
+            parked = _parked_in(state)
+            if parked is None or (parked.turn_id, parked.request.id) != (turn_id, input_id):
+                return False
+            expires_at = parked.request.expires_at
+            if expires_at is None or expires_at > self._runtime.clock():
+                return False
+            try:
+                await self._answer(state, turn_id, parked.request, {"expired": True})
+            except ResumeConflictError:
+                return False  # a person answered in the meantime
+            return True
+
+    async def _waiting_request(
+        self, state: StoredSession, turn_id: str, input_id: str
+    ) -> InputRequest:
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise ResumeConflictError(f"{self.key}: no turn {turn_id}")
+        if record.status != "suspended" or not isinstance(record.result, Suspended):
+            raise await self._not_waiting(turn_id, input_id)
+        request = record.result.request
+        if request.id != input_id:
+            raise ResumeConflictError(
+                f"{self.key}: turn {turn_id} waits for {request.id!r}, not {input_id!r}"
+            )
+        return request
+
+    async def _not_waiting(self, turn_id: str, input_id: str) -> ResumeConflictError:
+        steps = await self._runtime.store.load_steps(self.key, turn_id)
+        answer = steps.get(answer_step(turn_id, input_id))
+        if isinstance(answer, dict) and answer.get("expired"):
+            return ResumeConflictError(f"request {input_id} of turn {turn_id} already expired")
+        if isinstance(answer, dict):
+            who = answer.get("by") or "someone"
+            return ResumeConflictError(
+                f"request {input_id} of turn {turn_id} was already answered by {who}: "
+                f"{answer.get('value')!r}"
+            )
+        return ResumeConflictError(f"{self.key}: turn {turn_id} is not waiting for an answer")
+
+    async def _answer(
+        self, state: StoredSession, turn_id: str, request: InputRequest, answer: JsonValue
+    ) -> None:
+        record = state.turns[turn_id]
+        resumed = dataclasses.replace(
+            record, status="queued", result=None, resumes=record.resumes + 1
+        )
+        commit = Commit(
+            steps=(StoredStep(answer_step(turn_id, request.id), turn_id, answer),),
+            turn=resumed,
+            status="running",
+            expect_status="suspended",  # of two resumes racing, across processes too, one wins
+        )
+        try:
+            await self._runtime.store.commit(self.key, commit)
+        except StoreConflictError:
+            self._state = None  # another process answered: read what it wrote
+            raise await self._not_waiting(turn_id, request.id) from None
+        except BaseException:
+            self._state = None
+            raise
+        apply_commit(state, commit)
+        self._runtime.cancel_expiry(self.key, turn_id)
+        self._queue.appendleft(turn_id)  # ahead of turns admitted before it parked
+        self._start_worker()
 
     def _refuse_if_halted(self) -> None:
         if self._halted is not None:
@@ -266,12 +409,19 @@ class AgentSession:
 
     def _enqueue(self, turn_id: str) -> None:
         self._queue.append(turn_id)
+        self._start_worker()
+
+    def _start_worker(self) -> None:
         if self._worker is None and self._halted is None:
             self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
 
+    def _is_parked(self) -> bool:
+        # turns queued behind a parked one wait: they would follow a call with no result
+        return self._state is not None and self._state.status == "suspended"
+
     async def _drain(self) -> None:
         try:
-            while self._queue and self._halted is None:
+            while self._queue and self._halted is None and not self._is_parked():
                 turn_id = self._queue.popleft()
                 self._active = turn_id
                 try:
@@ -293,12 +443,15 @@ class AgentSession:
             state=state,
             record=record,
             emit=self._emit,
+            clock=self._runtime.clock,
         )
         try:
             result = await run.run()
         except Exception as exc:
             self._halt(turn_id, exc)
             return
+        if isinstance(result, Suspended):
+            self._runtime.schedule_expiry(self.key, result)
         for waiter in self._waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
@@ -351,3 +504,12 @@ class AgentSession:
                 except Exception:
                     logger.exception("an observer of %s failed on %s", self.key, event.type)
         self._runtime.emit(event)
+
+
+def _parked_in(state: StoredSession) -> Suspended | None:
+    if state.status != "suspended":
+        return None
+    for record in state.turns.values():
+        if record.status == "suspended" and isinstance(record.result, Suspended):
+            return record.result
+    return None

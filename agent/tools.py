@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
@@ -39,6 +39,46 @@ class ToolContext:
     idempotency_key: str
     """Stable across replays of this call: give it to remote side effects to dedupe on."""
     handle: StoreHandle | None = None
+    inputs: InputDesk | None = None
+    """Where ``request_input`` finds answers; only async tools have one."""
+
+    def request_input(
+        self,
+        *,
+        id: str,
+        prompt: str,
+        schema: dict[str, JsonValue] | None = None,
+        answerers: Any = None,
+        ttl: float | None = None,
+    ) -> Awaitable[JsonValue]:
+        """Ask a person, parking the turn until they answer; returns their answer.
+
+        The first call finds no answer and parks the turn (it raises
+        `InputRequired`, which is not an `Exception`: let it through). The
+        resumed turn runs this tool again from the top, and this time the call
+        returns the answer, so put side effects after it.
+
+        Args:
+            id: Stable within the turn: it keys the answer.
+            prompt: What the person is asked.
+            schema: JSON Schema the answer must match (``{"type": "boolean"}``).
+            answerers: ``{"user": id}`` or ``{"policy": name, "scope": ...}``;
+                by default the turn's speaker when its channel attested them.
+            ttl: Seconds until the engine answers `EXPIRED` on everyone's behalf.
+
+        Raises:
+            FatalToolError: Called from a local (``def``) tool: its transaction
+                cannot stay open while a person decides.
+            ToolError: No answerer was named and the speaker is not attested, or
+                the schema is invalid.
+        """
+        if self.inputs is None:
+            raise FatalToolError(
+                "request_input needs an async tool: a local (def) tool runs inside a "
+                "transaction that cannot stay open while a person decides",
+                turn_id=self.turn_id,
+            )
+        return self.inputs.ask(id=id, prompt=prompt, schema=schema, answerers=answerers, ttl=ttl)
 
     @property
     def store(self) -> StoreHandle:
@@ -55,6 +95,22 @@ class ToolContext:
                 turn_id=self.turn_id,
             )
         return self.handle
+
+
+class InputDesk(Protocol):
+    """What the engine lends an async tool call to look up and ask for answers."""
+
+    async def ask(
+        self,
+        *,
+        id: str,
+        prompt: str,
+        schema: dict[str, JsonValue] | None,
+        answerers: Any,
+        ttl: float | None,
+    ) -> JsonValue:
+        """The stored answer to ``id``, or park the turn to get one."""
+        ...
 
 
 def idempotency_key(turn_id: str, call_id: str) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
+from agent.hitl import InboundEvent, InputRequest
 from agent.messages import Usage
 
 __all__ = [
@@ -38,6 +39,10 @@ class TurnInput:
     trigger: Literal["inbound", "proactive"] = "inbound"
     user: str | None = None
     by: str | None = None
+    event: InboundEvent | None = None
+    """The channel's event, when a channel (not a program) opened the turn."""
+    policy: dict[str, Any] | None = None
+    """The surface policy the turn runs under; kept with it through a park."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +82,10 @@ class Suspended:
 
     status: Literal["suspended"] = "suspended"
     turn_id: str
-    request: dict[str, Any]
+    request: InputRequest
+    opening_text: str = ""
+    event: InboundEvent | None = None
+    policy: dict[str, Any] | None = None
 
 
 TurnResult = Annotated[Completed | Failed | Cancelled | Suspended, Field(discriminator="status")]
@@ -95,7 +103,9 @@ class TurnRecord:
     opening_index: int | None = None
     """Transcript index of the opening message, once it is committed."""
     result: TurnResult | None = None
-    """Set once the turn reached a terminal status."""
+    """Set once the turn reached a terminal status (or parked)."""
+    resumes: int = 0
+    """How many answers resumed it."""
 
 
 TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from agent import ConfigError, MemoryStore, SQLiteStore, StoreError, TurnInput, UserMessage
+from agent._sqlite_store import MIGRATIONS
 from agent.ports import Commit, SessionKey, StoredMessage, StoredStep
 from agent.store import database_path, open_store
 from agent.turns import TurnRecord
@@ -24,7 +25,7 @@ async def test_sqlite_store_creates_its_schema_in_wal_mode(tmp_path):
 
     conn = sqlite3.connect(tmp_path / "deep" / "folder" / "s.db")
     assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(len(MIGRATIONS),)]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"sessions", "turns", "messages", "steps", "schema_version"} <= tables
     conn.close()
@@ -41,6 +42,23 @@ async def test_reopening_keeps_data_and_does_not_migrate_twice(tmp_path):
     await store.close()
     assert loaded.transcript == [message(0).message]
     assert loaded.status == "idle"
+
+
+async def test_a_database_of_an_older_schema_is_migrated_forward(tmp_path):
+    path = tmp_path / "s.db"
+    await (await SQLiteStore.open(path)).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX turns_suspended")  # as version 1 left it
+    conn.execute("UPDATE schema_version SET version = 1")
+    conn.commit()
+    conn.close()
+
+    await (await SQLiteStore.open(path)).close()
+    conn = sqlite3.connect(path)
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "turns_suspended" in indexes
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    conn.close()
 
 
 async def test_a_schema_newer_than_the_code_is_refused(tmp_path):

@@ -1,0 +1,297 @@
+"""Human in the loop: a tool parks its turn until a person allowed to answer does.
+
+An async tool calls ``await ctx.request_input(...)``. With no stored answer the
+tool raises `InputRequired`, a `BaseException` (so a tool's ``except
+Exception`` cannot swallow it); the engine writes one checkpoint and the turn
+waits, holding nothing in memory. ``session.resume(...)`` checks who answers
+and what, stores the answer under ``input:<turn>:<id>`` and replays the turn:
+the tool runs again from the top and this time ``request_input`` returns the
+answer. So a tool's side effects belong after the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import jsonschema
+from pydantic import Field, TypeAdapter
+
+from agent.errors import (
+    AuthorizeAnswerError,
+    InvalidAnswerError,
+    ResumeAuthorizationError,
+    ResumeConflictError,
+    ToolError,
+)
+from agent.messages import JsonValue
+
+if TYPE_CHECKING:
+    from agent.session import AgentSession
+
+__all__ = [
+    "EXPIRED",
+    "AnswerCheck",
+    "Answerer",
+    "AuthorizeAnswer",
+    "Grant",
+    "InboundEvent",
+    "InputRequest",
+    "InputRequired",
+    "PolicyAnswerer",
+    "UserAnswerer",
+    "grant_answer",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboundEvent:
+    """The event a channel turned into a turn, without its raw payload."""
+
+    source: str
+    """The channel that received it, for example ``slack``. Never taken from message text."""
+    user: str | None = None
+    attested: bool = False
+    """Whether the channel verified ``user`` (a signed Slack event) rather than trusting a claim."""
+    data: dict[str, JsonValue] = field(default_factory=dict)
+    """Where it came from (team, channel, thread): what a renderer needs to answer there."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserAnswerer:
+    """Exactly this person may answer, compared with the resumer's verified ``by``."""
+
+    kind: Literal["user"] = "user"
+    user: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyAnswerer:
+    """Whoever the agent's ``authorize_answer`` hook grants, decided at resume time."""
+
+    kind: Literal["policy"] = "policy"
+    policy: str
+    scope: str | None = None
+
+
+Answerer = Annotated[UserAnswerer | PolicyAnswerer, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """Proof, from `grant_answer`, that a resumer satisfies a policy answerer."""
+
+    policy: str
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputRequest:
+    """What a parked turn waits for."""
+
+    id: str
+    """Stable within the turn: it keys the answer."""
+    prompt: str
+    call_id: str
+    tool: str
+    schema: dict[str, JsonValue] | None = None
+    answerers: Answerer | None = None
+    """Who may answer; None means anyone the host lets resume."""
+    expires_at: float | None = None
+    """When the engine answers it as expired (seconds since the epoch)."""
+
+    def as_dict(self) -> dict[str, JsonValue]:
+        """The request as plain JSON, as events and APIs carry it."""
+        return REQUEST_ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]
+
+
+REQUEST_ADAPTER: TypeAdapter[InputRequest] = TypeAdapter(InputRequest)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerCheck:
+    """What the agent's ``authorize_answer`` hook decides on."""
+
+    turn_id: str
+    request: InputRequest
+    policy: str
+    scope: str | None
+    by: str | None
+    principal: Any = None
+
+
+AuthorizeAnswer = Callable[[AnswerCheck], bool | Awaitable[bool]]
+
+
+class InputRequired(BaseException):
+    """Raised by ``request_input`` to park the turn. Not an `Exception`: do not catch it."""
+
+    def __init__(self, request: InputRequest) -> None:
+        super().__init__(request.id)
+        self.request = request
+
+
+class _Expired:
+    """The answer to a request nobody answered in time. Falsy, so it never approves."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "EXPIRED"
+
+
+EXPIRED = _Expired()
+
+
+def answer_step(turn_id: str, input_id: str) -> str:
+    """The step id an answer is stored under: answers belong to their turn."""
+    return f"input:{turn_id}:{input_id}"
+
+
+def answerers_from(
+    given: UserAnswerer | PolicyAnswerer | Mapping[str, Any] | None,
+    event: InboundEvent | None,
+) -> UserAnswerer | PolicyAnswerer | None:
+    """Who may answer: as given, else the turn's attested speaker, else anyone.
+
+    Raises:
+        ToolError: No answerer was named and the turn's speaker is not attested,
+            so nobody could be trusted to answer.
+    """
+    if isinstance(given, (UserAnswerer, PolicyAnswerer)):
+        return given
+    if given is not None:
+        if "user" in given:
+            return UserAnswerer(user=str(given["user"]))
+        if "policy" in given:
+            scope = given.get("scope")
+            return PolicyAnswerer(policy=str(given["policy"]), scope=scope and str(scope))
+        raise ToolError("request_input: answerers must name a user or a policy")
+    if event is None:
+        return None  # nobody spoke (a schedule, a program): the host drives its own resume
+    if event.attested and event.user:
+        return UserAnswerer(user=event.user)
+    raise ToolError(
+        f"request_input: this turn's speaker is not attested by its channel ({event.source}); "
+        "name who may answer with answerers={'user': ...} or {'policy': ...}"
+    )
+
+
+def check_schema(schema: dict[str, JsonValue] | None) -> None:
+    """Refuse a schema no answer could be checked against.
+
+    Raises:
+        ToolError: The schema is not valid JSON Schema.
+    """
+    if schema is None:
+        return
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ToolError(f"request_input: the schema is not valid: {exc.message}") from None
+
+
+def check_answerer(
+    turn_id: str, request: InputRequest, *, by: str | None, granted: Grant | None
+) -> None:
+    """Let the resume through only for someone the request allows.
+
+    Raises:
+        ResumeAuthorizationError: Naming why, never who else could answer.
+    """
+    who = request.answerers
+    if isinstance(who, UserAnswerer):
+        if by is None or by != who.user:
+            raise ResumeAuthorizationError(
+                f"turn {turn_id}: request {request.id} is for another person to answer"
+            )
+    elif isinstance(who, PolicyAnswerer) and (
+        granted is None or (granted.policy, granted.scope) != (who.policy, who.scope)
+    ):
+        raise ResumeAuthorizationError(
+            f"turn {turn_id}: request {request.id} needs a grant for policy {who.policy!r}"
+        )
+
+
+def check_value(request: InputRequest, value: JsonValue) -> None:
+    """Refuse an answer the request's schema does not allow.
+
+    Raises:
+        InvalidAnswerError: Naming where the value is wrong.
+    """
+    if request.schema is None:
+        return
+    validator = jsonschema.validators.validator_for(request.schema)(request.schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "answer"
+        raise InvalidAnswerError(f"request {request.id}: {where}: {error.message}")
+
+
+async def grant_answer(
+    session: AgentSession,
+    *,
+    turn_id: str,
+    input_id: str,
+    by: str | None,
+    principal: Any = None,
+    authorize_answer: AuthorizeAnswer | None = None,
+) -> Grant | None:
+    """Ask the agent's ``authorize_answer`` hook whether this resumer may answer.
+
+    The one async step a host runs before ``resume`` for a policy answerer. For
+    any other request it grants nothing and the resume checks ``by`` itself.
+
+    Returns:
+        The grant to pass to ``resume``, or None when the request needs none.
+
+    Raises:
+        ResumeConflictError: The turn is not waiting for ``input_id``.
+        ResumeAuthorizationError: The hook said no, or there is no hook.
+        AuthorizeAnswerError: The hook raised; nothing was applied, so retry.
+    """
+    parked = await session.parked()
+    if parked is None or parked.turn_id != turn_id or parked.request.id != input_id:
+        raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
+    request = parked.request
+    who = request.answerers
+    if not isinstance(who, PolicyAnswerer):
+        return None
+    hook = authorize_answer or session.agent.authorize_answer
+    if hook is None:
+        raise ResumeAuthorizationError(
+            f"agent {session.key.agent} has no authorize_answer hook to decide {who.policy!r}"
+        )
+    check = AnswerCheck(
+        turn_id=turn_id,
+        request=request,
+        policy=who.policy,
+        scope=who.scope,
+        by=by,
+        principal=principal,
+    )
+    try:
+        decided = hook(check)
+        allowed = await decided if inspect.isawaitable(decided) else decided
+    except Exception as exc:
+        raise AuthorizeAnswerError(
+            f"authorize_answer failed for turn {turn_id}; the answer was not applied"
+        ) from exc
+    if allowed is not True:
+        raise ResumeAuthorizationError(
+            f"turn {turn_id}: not granted to answer for policy {who.policy!r}"
+        )
+    return Grant(policy=who.policy, scope=who.scope)
+
+
+def with_expiry(request: InputRequest, ttl: float | None, now: float) -> InputRequest:
+    """The request with its deadline set from a time-to-live in seconds."""
+    if ttl is None:
+        return request
+    return dataclasses.replace(request, expires_at=now + ttl)
