@@ -309,7 +309,9 @@ def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
 
 
 def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
-    conn.execute("BEGIN")
+    # IMMEDIATE takes the write lock first: a transaction that read (an expected
+    # status) could not take it later if another process wrote in between
+    conn.execute("BEGIN IMMEDIATE")
     try:
         _apply(conn, ids.ensure(conn, key), rows)
         conn.execute("COMMIT")
@@ -328,7 +330,7 @@ def _work_and_write(
     record: Callable[[T | Exception], Commit],
 ) -> Commit:
     handle = _TransactionHandle(conn)
-    conn.execute("BEGIN")
+    conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("SAVEPOINT tool_call")
         outcome: T | Exception
