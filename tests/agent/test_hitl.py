@@ -25,6 +25,7 @@ from agent.errors import (
     ResumeAuthorizationError,
     ResumeConflictError,
     SessionSuspendedError,
+    TurnSuspendedError,
 )
 from agent.hitl import EXPIRED, AnswerCheck, InboundEvent, UserAnswerer, grant_answer
 from agent.ports import SessionKey
@@ -498,3 +499,64 @@ async def test_an_answer_in_time_cancels_the_expiry(store):
         f"input:{turn_id}:approve": {"value": True, "by": "U1"}
     }
     await runtime.close()
+
+
+async def test_a_resumed_run_starts_as_a_resume_and_a_late_subscriber_sees_the_park(store):
+    sink = RecordingSink()
+    runtime = await runtime_with(store, Ledger(), sink)
+    session, turn_id = await park(runtime)
+
+    seen: list[Any] = []
+    await session.observe(seen.append, turn_id=turn_id, replay=True)
+    assert seen[-1].type == "input.requested"  # folded from the checkpoint
+    assert seen[-1].request["id"] == "approve"
+    with pytest.raises(TurnSuspendedError):
+        await session.turn(speaker_input(), turn_id=turn_id)
+
+    await session.resume(turn_id, "approve", True, by="U1")
+    await next_ending(session, turn_id)
+    started = [e.trigger for e in sink.events if e.type == "turn.started"]
+    assert started == ["inbound", "resume"]
+    await runtime.close()
+
+
+async def test_a_tool_that_asks_twice_parks_twice(store):
+    ledger = Ledger()
+
+    @tool
+    async def post(text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Post after two people agree."""
+        ledger.entered += 1
+        first = await ctx.request_input(id="editor", prompt="Edit ok?", answerers={"user": "U1"})
+        second = await ctx.request_input(id="legal", prompt="Legal ok?", answerers={"user": "U7"})
+        if first is True and second is True:
+            ledger.posted.append(text)
+        return {"posted": bool(first is True and second is True)}
+
+    runtime = await runtime_with(store, ledger, tools=[post])
+    session, turn_id = await park(runtime)
+    assert (await session.pending()).id == "editor"
+    await session.resume(turn_id, "editor", True, by="U1")
+    parked_again = await next_park(session, turn_id)
+    assert parked_again.request.id == "legal"
+    with pytest.raises(ResumeAuthorizationError):
+        await session.resume(turn_id, "legal", True, by="U1")
+    await session.resume(turn_id, "legal", True, by="U7")
+    assert (await next_ending(session, turn_id)).text == "done: {'posted': True}"
+    assert ledger.posted == ["hello team"]
+    assert ledger.entered == 3
+    await runtime.close()
+
+
+async def next_park(session: Any, turn_id: str) -> Suspended:
+    parked = asyncio.Event()
+    stop = await session.observe(
+        lambda e: parked.set() if e.type == "input.requested" else None, turn_id=turn_id
+    )
+    try:
+        await asyncio.wait_for(parked.wait(), timeout=5)
+    finally:
+        stop()
+    result = await session.result(turn_id)
+    assert isinstance(result, Suspended)
+    return result
