@@ -118,9 +118,17 @@ class AgentRuntime:
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
         for key, record in await self.store.suspended_turns():
-            if key.agent in self._agents and isinstance(record.result, Suspended):
-                # overdue while nobody ran: answered as expired at once, the rest on time
-                self.schedule_expiry(key, record.result)
+            parked = record.result
+            if key.agent not in self._agents or not isinstance(parked, Suspended):
+                continue
+            expires_at = parked.request.expires_at
+            if expires_at is not None and expires_at <= self.clock():
+                # fell due while nothing ran: answered before start() returns, so nobody
+                # reads the stale park; its turn then runs like any other
+                session = self.session(key.agent, key.session_id)
+                await _expire_quietly(session, parked.turn_id, parked.request.id)
+            else:
+                self.schedule_expiry(key, parked)
         return recovered
 
     def schedule_expiry(self, key: SessionKey, parked: Suspended) -> None:

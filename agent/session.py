@@ -241,7 +241,11 @@ class AgentSession:
             if parked is None or (parked.turn_id, parked.request.id) != (turn_id, input_id):
                 return False
             expires_at = parked.request.expires_at
-            if expires_at is None or expires_at > self._runtime.clock():
+            if expires_at is None:
+                return False
+            if expires_at > self._runtime.clock():
+                # the loop's timer ran ahead of the wall clock (stepped back, say): again later
+                self._runtime.schedule_expiry(self.key, parked)
                 return False
             try:
                 await self._answer(state, turn_id, parked.request, {"expired": True})

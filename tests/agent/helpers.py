@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
 from agent import AssistantMessage, ModelRequest, ToolMessage
 
 
@@ -17,3 +22,9 @@ def last_tool_results(request: ModelRequest) -> list[ToolMessage]:
             break
         out.append(m)
     return list(reversed(out))
+
+
+def read_only(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Query a database a killed process left, without checkpointing its WAL."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return conn.execute(sql).fetchall()

@@ -59,6 +59,11 @@ def test_public_names_are_pinned():
             "TurnError", "TurnEvent", "TurnFailed", "TurnFailedError", "TurnInput", "TurnRecord",
             "TurnResult", "TurnStarted", "TurnSuspendedError", "UnknownTurnError", "Usage",
             "UserMessage", "open_store", "tool",
+            "AuthorizeAnswerError", "ConflictError", "InvalidAnswerError",
+            "ResumeAuthorizationError", "ResumeConflictError", "SessionSuspendedError", "EXPIRED",
+            "AnswerCheck", "Grant",
+            "InboundEvent", "InputRequest", "InputRequired", "PolicyAnswerer", "UserAnswerer",
+            "grant_answer",
         ]
     )  # fmt: skip
     for name in agent.__all__:

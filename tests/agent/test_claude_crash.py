@@ -26,10 +26,8 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +35,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.agent import claude_crash_child as child
+from tests.agent.helpers import read_only
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 
 CHILD = Path(__file__).with_name("claude_crash_child.py")
@@ -159,12 +158,6 @@ async def spawn(
             await asyncio.wait_for(leftover.proc.communicate(), DEADLINE_SECONDS)
 
 
-def _read_only(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    # read-only, so that reading never checkpoints the WAL the crash left behind
-    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        return conn.execute(sql).fetchall()
-
-
 @dataclass(frozen=True)
 class Stored:
     """What the SQLite file holds for the test's one turn."""
@@ -187,9 +180,9 @@ class Stored:
 
 
 def _stored(db: Path) -> Stored:
-    [(status,)] = _read_only(db, f"select status from turns where turn_id = '{child.TURN_ID}'")
-    steps = {str(step) for (step,) in _read_only(db, "select step_id from steps")}
-    rows = _read_only(db, "select idx, turn_id, body from messages order by idx")
+    [(status,)] = read_only(db, f"select status from turns where turn_id = '{child.TURN_ID}'")
+    steps = {str(step) for (step,) in read_only(db, "select step_id from steps")}
+    rows = read_only(db, "select idx, turn_id, body from messages order by idx")
     assert [idx for idx, _, _ in rows] == list(range(len(rows)))  # no gap, no repeat
     assert {turn_id for _, turn_id, _ in rows} == {child.TURN_ID}
     return Stored(str(status), steps, [json.loads(body) for _, _, body in rows])

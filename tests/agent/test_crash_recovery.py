@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.agent import crash_child as child
+from tests.agent.helpers import read_only
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,14 +110,8 @@ def _read_lines(proc: subprocess.Popen[bytes], *, until: str | None) -> list[str
                     return lines
 
 
-def _read_only(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    # read-only, so that reading never checkpoints the WAL the crash left behind
-    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        return conn.execute(sql).fetchall()
-
-
 def _committed_steps(db: Path) -> set[str]:
-    return {str(step) for (step,) in _read_only(db, "select step_id from steps")}
+    return {str(step) for (step,) in read_only(db, "select step_id from steps")}
 
 
 def _run_phase(tmp_path: Path, number: int, kill_point: str | None) -> Phase:
@@ -159,7 +154,7 @@ def _run_phase(tmp_path: Path, number: int, kill_point: str | None) -> Phase:
     logged = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     if kill_point is None:
         return Phase(kill_point=None, log=logged, committed=set(), result=result)
-    [(status,)] = _read_only(db, "select status from turns")
+    [(status,)] = read_only(db, "select status from turns")
     return Phase(
         kill_point=kill_point, log=logged, committed=_committed_steps(db), turn_status=str(status)
     )
@@ -289,7 +284,7 @@ def test_crash_inside_local_tool_leaves_no_write_behind(tmp_path):
 
     assert phase.tool_runs("local") == ["c1"]
     assert Path(f"{db}-wal").stat().st_size > 0  # recovery has a hot WAL to read
-    tables = {name for (name,) in _read_only(db, "select name from sqlite_master")}
-    roles = [role for (role,) in _read_only(db, "select role from messages order by idx")]
+    tables = {name for (name,) in read_only(db, "select name from sqlite_master")}
+    roles = [role for (role,) in read_only(db, "select role from messages order by idx")]
     assert "orders" not in tables  # the create and the insert died with the transaction
     assert roles == ["user", "assistant"]

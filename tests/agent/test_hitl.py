@@ -477,12 +477,9 @@ async def test_a_request_that_fell_due_while_nothing_ran_expires_at_start_up(tmp
         Agent(name="a", model=ScriptedModel(script), tools=[post_tool(ledger, ttl=3600)]),
         clock=lambda: now["t"],
     )
-    waiting = later.session("a", "s1")
-    stopped = asyncio.Event()
-    await waiting.observe(lambda e: stopped.set() if e.type == "turn.completed" else None)
     await later.start()
-    await asyncio.wait_for(stopped.wait(), timeout=5)
-    done = await waiting.result(turn_id)
+    # answered during start(): nobody who asks afterwards reads the stale park
+    done = await asyncio.wait_for(later.session("a", "s1").result(turn_id), timeout=5)
     assert done.text == "done: {'posted': False, 'expired': True}"
     await later.close()
     await store.close()
@@ -560,3 +557,18 @@ async def next_park(session: Any, turn_id: str) -> Suspended:
     result = await session.result(turn_id)
     assert isinstance(result, Suspended)
     return result
+
+
+async def test_an_expiry_timer_that_runs_ahead_of_the_clock_tries_again(store):
+    now = {"t": 1_000_000.0}
+    ledger = Ledger()
+    runtime = await runtime_with(store, ledger, ask={"ttl": 0.2})
+    runtime.clock = lambda: now["t"]  # a wall clock stepped back, or stopped
+    session, turn_id = await park(runtime)
+    await asyncio.sleep(0.35)  # the loop's timer fired; by the wall clock it is not due
+    assert await session.status() == "suspended"
+
+    now["t"] += 60
+    done = await next_ending(session, turn_id)
+    assert done.text == "done: {'posted': False, 'expired': True}"
+    await runtime.close()
