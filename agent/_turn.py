@@ -328,7 +328,7 @@ class TurnRun:
     ) -> ToolMessage:
         try:
             message = self._tool_message(
-                call, result=jsonable_result(tool, await tool.call(arguments, ctx))
+                call, result=jsonable_result(tool, await _unwrapped_park(tool.call(arguments, ctx)))
             )
         except FatalToolError:
             raise
@@ -453,7 +453,13 @@ class _Desk:
         answerers: Any,
         ttl: float | None,
     ) -> JsonValue:
-        stored = (await self._run.answers()).get(answer_step(self._run.turn_id, id))
+        answers = await self._run.answers()
+        stored = answers.get(answer_step(self._run.turn_id, id))
+        if stored is not None and stored.get("call") != self._call.id:
+            # another call of this turn asked with the same id: its answer is not this
+            # call's (approving one post must not approve the next); ask under our own
+            id = f"{id}@{self._call.id}"
+            stored = answers.get(answer_step(self._run.turn_id, id))
         if stored is not None:
             return EXPIRED if stored.get("expired") else stored.get("value")
         check_schema(schema)
@@ -466,6 +472,20 @@ class _Desk:
             answerers=answerers_from(answerers, self._run.record.input.event),
         )
         raise InputRequired(with_expiry(request, ttl, self._run.now()))
+
+
+async def _unwrapped_park(running: Any) -> Any:
+    """Await a tool; a park raised inside its own task group still parks the turn."""
+    try:
+        return await running
+    except BaseExceptionGroup as group:
+        parks, _ = group.split(InputRequired)
+        if parks is None:
+            raise
+        first: BaseException = parks
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 def _is_being_cancelled() -> bool:

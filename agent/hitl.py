@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXPIRED",
+    "REQUEST_ADAPTER",
     "AnswerCheck",
     "Answerer",
     "AuthorizeAnswer",
@@ -82,10 +83,14 @@ Answerer = Annotated[UserAnswerer | PolicyAnswerer, Field(discriminator="kind")]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Grant:
-    """Proof, from `grant_answer`, that a resumer satisfies a policy answerer."""
+    """Proof, from `grant_answer`, that one resumer may answer one policy request."""
 
     policy: str
     scope: str | None = None
+    turn_id: str
+    input_id: str
+    by: str | None
+    """The resumer the hook approved: the grant answers for nobody else."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,12 +172,14 @@ def answerers_from(
     if isinstance(given, (UserAnswerer, PolicyAnswerer)):
         return given
     if given is not None:
-        if "user" in given:
-            return UserAnswerer(user=str(given["user"]))
-        if "policy" in given:
-            scope = given.get("scope")
-            return PolicyAnswerer(policy=str(given["policy"]), scope=scope and str(scope))
-        raise ToolError("request_input: answerers must name a user or a policy")
+        user, policy, scope = given.get("user"), given.get("policy"), given.get("scope")
+        if isinstance(user, str) and user and policy is None:
+            return UserAnswerer(user=user)
+        if isinstance(policy, str) and policy and user is None and isinstance(scope, str | None):
+            return PolicyAnswerer(policy=policy, scope=scope)
+        raise ToolError(
+            "request_input: answerers must be {'user': id} or {'policy': name, 'scope': str}"
+        )
     if event is None:
         return None  # nobody spoke (a schedule, a program): the host drives its own resume
     if event.attested and event.user:
@@ -197,6 +204,24 @@ def check_schema(schema: dict[str, JsonValue] | None) -> None:
         raise ToolError(f"request_input: the schema is not valid: {exc.message}") from None
 
 
+def is_answerer(
+    turn_id: str, request: InputRequest, *, by: str | None, granted: Grant | None
+) -> bool:
+    """Whether this resumer may answer ``request``: a user by ``by``, a policy by a grant."""
+    who = request.answerers
+    if isinstance(who, UserAnswerer):
+        return by is not None and by == who.user
+    if isinstance(who, PolicyAnswerer):
+        return granted is not None and (
+            granted.policy,
+            granted.scope,
+            granted.turn_id,
+            granted.input_id,
+            granted.by,
+        ) == (who.policy, who.scope, turn_id, request.id, by)
+    return True
+
+
 def check_answerer(
     turn_id: str, request: InputRequest, *, by: str | None, granted: Grant | None
 ) -> None:
@@ -205,18 +230,16 @@ def check_answerer(
     Raises:
         ResumeAuthorizationError: Naming why, never who else could answer.
     """
-    who = request.answerers
-    if isinstance(who, UserAnswerer):
-        if by is None or by != who.user:
-            raise ResumeAuthorizationError(
-                f"turn {turn_id}: request {request.id} is for another person to answer"
-            )
-    elif isinstance(who, PolicyAnswerer) and (
-        granted is None or (granted.policy, granted.scope) != (who.policy, who.scope)
-    ):
+    if is_answerer(turn_id, request, by=by, granted=granted):
+        return
+    if isinstance(request.answerers, PolicyAnswerer):
         raise ResumeAuthorizationError(
-            f"turn {turn_id}: request {request.id} needs a grant for policy {who.policy!r}"
+            f"turn {turn_id}: request {request.id} needs a grant for policy "
+            f"{request.answerers.policy!r}, made for this resumer"
         )
+    raise ResumeAuthorizationError(
+        f"turn {turn_id}: request {request.id} is for another person to answer"
+    )
 
 
 def check_value(request: InputRequest, value: JsonValue) -> None:
@@ -287,7 +310,7 @@ async def grant_answer(
         raise ResumeAuthorizationError(
             f"turn {turn_id}: not granted to answer for policy {who.policy!r}"
         )
-    return Grant(policy=who.policy, scope=who.scope)
+    return Grant(policy=who.policy, scope=who.scope, turn_id=turn_id, input_id=input_id, by=by)
 
 
 def with_expiry(request: InputRequest, ttl: float | None, now: float) -> InputRequest:

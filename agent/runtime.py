@@ -139,7 +139,7 @@ class AgentRuntime:
         self.cancel_expiry(key, parked.turn_id)
         delay = max(0.0, expires_at - self.clock())
         self._expiries[(key, parked.turn_id)] = asyncio.get_running_loop().call_later(
-            delay, self._expire, key, parked.turn_id, parked.request.id
+            delay, self.expire_soon, key, parked.turn_id, parked.request.id
         )
 
     def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:
@@ -148,7 +148,8 @@ class AgentRuntime:
         if handle is not None:
             handle.cancel()
 
-    def _expire(self, key: SessionKey, turn_id: str, input_id: str) -> None:
+    def expire_soon(self, key: SessionKey, turn_id: str, input_id: str) -> None:
+        """Answer a due request as expired, in a task of its own."""
         self._expiries.pop((key, turn_id), None)
         if self._is_closed:
             return
@@ -211,10 +212,16 @@ class AgentRuntime:
             logger.exception("the event sink failed on %s", event.type)
 
 
+EXPIRY_RETRY_SECONDS = 5.0
+
+
 async def _expire_quietly(session: AgentSession, turn_id: str, input_id: str) -> None:
     try:
         if await session.expire(turn_id, input_id):
             logger.info("request %s of turn %s in %s expired", input_id, turn_id, session.key)
     except Exception:
-        # the next start finds it overdue and tries again
-        logger.exception("could not expire request %s of turn %s", input_id, turn_id)
+        logger.exception("could not expire request %s of turn %s; trying again", input_id, turn_id)
+        # a locked or failing store now is no reason to hold the thread until a restart
+        asyncio.get_running_loop().call_later(
+            EXPIRY_RETRY_SECONDS, session.runtime.expire_soon, session.key, turn_id, input_id
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -28,7 +29,15 @@ from agent.events import (
     TurnEvent,
     TurnFailed,
 )
-from agent.hitl import Grant, InputRequest, answer_step, check_answerer, check_value
+from agent.hitl import (
+    REQUEST_ADAPTER,
+    Grant,
+    InputRequest,
+    answer_step,
+    check_answerer,
+    check_value,
+    is_answerer,
+)
 from agent.messages import JsonValue
 from agent.ports import Commit, SessionKey, SessionStatus, StoredSession, StoredStep
 from agent.tools import describe_error
@@ -146,7 +155,9 @@ class AgentSession:
                 self._enqueue_unfinished(known)
                 return turn_id
             if state.status == "suspended":
-                raise self._suspended_error(state)
+                state = await self._reread()  # another process may have resumed it
+                if state.status == "suspended":
+                    raise self._suspended_error(state)
             if not self._has_swept:
                 # an unfinished turn this process has not picked up yet runs first
                 for record in sorted(state.turns.values(), key=lambda t: t.seq):
@@ -159,17 +170,43 @@ class AgentSession:
                 record, commit = opening_commit(record, len(state.transcript))
             else:
                 commit = Commit(turn=record)
-            try:
-                await self._runtime.store.commit(self.key, commit)
-            except BaseException:
-                # Cancelled callers (an HTTP timeout) land here too, and the write may
-                # still complete on the store's thread: forget what we hold and read it
-                # back on next use, so memory never runs behind disk.
-                self._state = None
-                raise
+            caller_left = await self._commit_through(commit)
             apply_commit(state, commit)
             self._enqueue(turn_id)
+            if caller_left:
+                raise asyncio.CancelledError  # admitted all the same: it runs
         return turn_id
+
+    async def _commit_through(self, commit: Commit) -> bool:
+        """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
+
+        The write goes on on the store's thread whatever the caller does, and a
+        running turn holds this session's memory: dropping it would let memory
+        run behind disk, so the caller waits it out instead.
+
+        Returns:
+            Whether the caller was cancelled while it waited (re-raise after applying).
+
+        Raises:
+            StoreError: The write failed and nothing of it landed.
+        """
+        writing = asyncio.ensure_future(self._runtime.store.commit(self.key, commit))
+        caller_left = False
+        while not writing.done():
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                caller_left = True
+            except Exception:
+                break
+        writing.result()  # the store's error, if the write failed
+        return caller_left
+
+    async def _reread(self) -> StoredSession:
+        """Read the session again when nothing here runs (another process may have moved it)."""
+        if self._worker is None and not self._queue and self._state is not None:
+            self._state = None
+        return await self._loaded()
 
     def _suspended_error(self, state: StoredSession) -> SessionSuspendedError:
         parked = _parked_in(state)
@@ -180,6 +217,11 @@ class AgentSession:
         )
 
     # -- human in the loop ------------------------------------------------------
+
+    @property
+    def runtime(self) -> AgentRuntime:
+        """The runtime hosting this session."""
+        return self._runtime
 
     @property
     def agent(self) -> Agent:
@@ -228,10 +270,19 @@ class AgentSession:
         self._runtime.check_open()
         async with self._admit_lock:
             state = await self._loaded()
-            request = await self._waiting_request(state, turn_id, input_id)
+            try:
+                request = await self._waiting_request(state, turn_id, input_id, by, granted)
+            except ResumeConflictError:
+                # this replica's copy may be behind one that answered or re-parked
+                state = await self._reread()
+                request = await self._waiting_request(state, turn_id, input_id, by, granted)
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
-            await self._answer(state, turn_id, request, {"value": value, "by": by})
+            expires_at = request.expires_at
+            if expires_at is not None and expires_at <= self._runtime.clock():
+                await self._answer(state, turn_id, request, {"expired": True})
+                raise ResumeConflictError(f"request {input_id} of turn {turn_id} already expired")
+            await self._answer(state, turn_id, request, {"value": value, "by": by}, granted)
 
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
@@ -254,58 +305,81 @@ class AgentSession:
             return True
 
     async def _waiting_request(
-        self, state: StoredSession, turn_id: str, input_id: str
+        self,
+        state: StoredSession,
+        turn_id: str,
+        input_id: str,
+        by: str | None,
+        granted: Grant | None,
     ) -> InputRequest:
         record = state.turns.get(turn_id)
         if record is None:
             raise ResumeConflictError(f"{self.key}: no turn {turn_id}")
         if record.status != "suspended" or not isinstance(record.result, Suspended):
-            raise await self._not_waiting(turn_id, input_id)
+            raise await self._not_waiting(turn_id, input_id, by, granted)
         request = record.result.request
         if request.id != input_id:
+            if not is_answerer(turn_id, request, by=by, granted=granted):
+                raise ResumeConflictError(f"{self.key}: turn {turn_id} waits for another request")
             raise ResumeConflictError(
                 f"{self.key}: turn {turn_id} waits for {request.id!r}, not {input_id!r}"
             )
         return request
 
-    async def _not_waiting(self, turn_id: str, input_id: str) -> ResumeConflictError:
+    async def _not_waiting(
+        self, turn_id: str, input_id: str, by: str | None, granted: Grant | None
+    ) -> ResumeConflictError:
         steps = await self._runtime.store.load_steps(self.key, turn_id)
         answer = steps.get(answer_step(turn_id, input_id))
-        if isinstance(answer, dict) and answer.get("expired"):
+        not_waiting = ResumeConflictError(
+            f"{self.key}: turn {turn_id} is not waiting for an answer"
+        )
+        if not isinstance(answer, dict):
+            return not_waiting
+        asked = REQUEST_ADAPTER.validate_python(answer.get("request"))
+        if not is_answerer(turn_id, asked, by=by, granted=granted):
+            return not_waiting  # who answered, and how, is only for those who could have
+        if answer.get("expired"):
             return ResumeConflictError(f"request {input_id} of turn {turn_id} already expired")
-        if isinstance(answer, dict):
-            who = answer.get("by") or "someone"
-            return ResumeConflictError(
-                f"request {input_id} of turn {turn_id} was already answered by {who}: "
-                f"{answer.get('value')!r}"
-            )
-        return ResumeConflictError(f"{self.key}: turn {turn_id} is not waiting for an answer")
+        who = answer.get("by") or "someone"
+        return ResumeConflictError(
+            f"request {input_id} of turn {turn_id} was already answered by {who}: "
+            f"{answer.get('value')!r}"
+        )
 
     async def _answer(
-        self, state: StoredSession, turn_id: str, request: InputRequest, answer: JsonValue
+        self,
+        state: StoredSession,
+        turn_id: str,
+        request: InputRequest,
+        answer: JsonValue,
+        granted: Grant | None = None,
     ) -> None:
         record = state.turns[turn_id]
         resumed = dataclasses.replace(
             record, status="queued", result=None, resumes=record.resumes + 1
         )
+        # the request goes with its answer: a later resume is checked against it, and
+        # the answer is only ever handed to the call that asked
+        kept = {**answer, "call": request.call_id, "request": request.as_dict()}
         commit = Commit(
-            steps=(StoredStep(answer_step(turn_id, request.id), turn_id, answer),),
+            steps=(StoredStep(answer_step(turn_id, request.id), turn_id, kept),),
             turn=resumed,
             status="running",
             expect_status="suspended",  # of two resumes racing, across processes too, one wins
         )
         try:
-            await self._runtime.store.commit(self.key, commit)
+            caller_left = await self._commit_through(commit)
         except StoreConflictError:
-            self._state = None  # another process answered: read what it wrote
-            raise await self._not_waiting(turn_id, request.id) from None
-        except BaseException:
-            self._state = None
-            raise
+            await self._reread()  # another process answered: read what it wrote
+            raise await self._not_waiting(turn_id, request.id, answer.get("by"), granted) from None
         apply_commit(state, commit)
         self._runtime.cancel_expiry(self.key, turn_id)
         self._queue.appendleft(turn_id)  # ahead of turns admitted before it parked
-        self._start_worker()
+        with contextlib.suppress(RuntimeClosedError):
+            self._start_worker()  # closed: the answer is stored, the turn runs at next start
+        if caller_left:
+            raise asyncio.CancelledError
 
     def _refuse_if_halted(self) -> None:
         if self._halted is not None:
@@ -400,6 +474,8 @@ class AgentSession:
             return
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
         stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
+        if self._halted is not None and record.status in TURN_STATUSES_UNFINISHED:
+            queue.put_nowait(self._halted_event(turn_id))  # it will not move until a restart
         try:
             while True:
                 event = await queue.get()
@@ -474,14 +550,15 @@ class AgentSession:
         error = self._halted_error()
         self._fail_waiters(lambda turn_id: error)
         # observers and streams of the turn learn that this run is over
-        self._emit(
-            TurnFailed(
-                agent=self.key.agent,
-                session=self.key.session_id,
-                turn_id=turn_id,
-                seq=0,
-                error=f"internal error: {self._halted}",
-            )
+        self._emit(self._halted_event(turn_id))
+
+    def _halted_event(self, turn_id: str) -> TurnFailed:
+        return TurnFailed(
+            agent=self.key.agent,
+            session=self.key.session_id,
+            turn_id=turn_id,
+            seq=0,
+            error=f"internal error: {self._halted}",
         )
 
     def abandon_waiters(self) -> None:

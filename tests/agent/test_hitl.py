@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -56,6 +57,19 @@ def post_tool(ledger: Ledger, **ask: Any) -> Any:
             return {"posted": False}
         ledger.posted.append(text)  # the side effect goes after the answer
         return {"posted": True}
+
+    return post
+
+
+def gated_post_tool(ledger: Ledger, release: asyncio.Event) -> Any:
+    """The post tool, held until ``release`` is set: to line turns up behind it."""
+    inner = post_tool(ledger)
+
+    @tool
+    async def post(text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Post a message once a person approves it."""
+        await release.wait()
+        return await inner.fn(text, ctx)  # type: ignore[no-any-return]
 
     return post
 
@@ -151,8 +165,9 @@ async def test_resume_replays_the_tool_which_gets_the_answer(store, answer, post
     assert ledger.entered == 2  # the parked tool ran again from the top
     assert ledger.posted == posted  # and its side effect, after the answer, ran once
     assert await session.status() == "idle"
-    steps = await store.load_steps(SessionKey("a", "s1"), turn_id)
-    assert steps[f"input:{turn_id}:approve"] == {"value": answer, "by": "U1"}
+    stored = (await answers(store, turn_id))[f"input:{turn_id}:approve"]
+    assert (stored["value"], stored["by"], stored["call"]) == (answer, "U1", f"c-{turn_id}")
+    assert stored["request"]["prompt"] == "Post 'hello team'?"  # kept with its answer
     await runtime.close()
 
 
@@ -302,7 +317,13 @@ async def test_a_grant_never_answers_a_user_request(store):
     session, turn_id = await park(runtime)
     assert await grant_answer(session, turn_id=turn_id, input_id="approve", by="U9") is None
     with pytest.raises(ResumeAuthorizationError):
-        await session.resume(turn_id, "approve", True, by="U9", granted=Grant(policy="any"))
+        await session.resume(
+            turn_id,
+            "approve",
+            True,
+            by="U9",
+            granted=Grant(policy="any", turn_id=turn_id, input_id="approve", by="U9"),
+        )
     await runtime.close()
 
 
@@ -369,14 +390,7 @@ async def test_a_parked_session_refuses_new_turns_and_allows_redelivery(store):
 async def test_turns_queued_before_the_park_wait_for_its_answer(store):
     release = asyncio.Event()
     ledger = Ledger()
-    inner = post_tool(ledger)
-
-    @tool
-    async def post(text: str, ctx: ToolContext) -> dict[str, Any]:
-        """Post a message once a person approves it."""
-        await release.wait()
-        return await inner.fn(text, ctx)  # type: ignore[no-any-return]
-
+    post = gated_post_tool(ledger, release)
     runtime = await runtime_with(store, ledger, tools=[post])
     session = runtime.session("a", "s1")
     first = await session.start(speaker_input("first"))
@@ -454,8 +468,7 @@ async def test_an_unanswered_request_expires_and_the_tool_sees_it(store):
     assert isinstance(done, Completed)
     assert done.text == "done: {'posted': False, 'expired': True}"
     assert ledger.posted == []
-    steps = await store.load_steps(SessionKey("a", "s1"), turn_id)
-    assert steps[f"input:{turn_id}:approve"] == {"expired": True}
+    assert (await answers(store, turn_id))[f"input:{turn_id}:approve"]["expired"] is True
     with pytest.raises(ResumeConflictError, match="already expired"):
         await session.resume(turn_id, "approve", True, by="U1")
     await runtime.close()
@@ -492,9 +505,8 @@ async def test_an_answer_in_time_cancels_the_expiry(store):
     await session.resume(turn_id, "approve", True, by="U1")
     assert (await session.result(turn_id)).text == "done: {'posted': True}"
     await asyncio.sleep(0.4)  # past the deadline: nothing else happens
-    assert await answers(store, turn_id) == {
-        f"input:{turn_id}:approve": {"value": True, "by": "U1"}
-    }
+    [(step, stored)] = (await answers(store, turn_id)).items()
+    assert (step, stored["value"], stored["by"]) == (f"input:{turn_id}:approve", True, "U1")
     await runtime.close()
 
 
@@ -572,3 +584,186 @@ async def test_an_expiry_timer_that_runs_ahead_of_the_clock_tries_again(store):
     done = await next_ending(session, turn_id)
     assert done.text == "done: {'posted': False, 'expired': True}"
     await runtime.close()
+
+
+# -- found by a review ------------------------------------------------------------------------
+
+
+async def test_one_approval_never_approves_another_call_asking_with_the_same_id(store):
+    ledger = Ledger()
+
+    def two_posts(request: Any) -> Any:
+        last = request.messages[-1]
+        if isinstance(last, ToolMessage):
+            return reply("both handled")
+        return reply(
+            "",
+            call("post", {"text": "harmless"}, id="c1"),
+            call("post", {"text": "DROP everything"}, id="c2"),
+        )
+
+    runtime = await runtime_with(store, ledger, model=ScriptedModel(two_posts))
+    session, turn_id = await park(runtime)
+    assert (await session.pending()).call_id == "c1"
+    await session.resume(turn_id, "approve", True, by="U1")
+
+    second = await next_park(session, turn_id)  # the second call asks for itself
+    assert (second.request.id, second.request.call_id) == ("approve@c2", "c2")
+    assert ledger.posted == ["harmless"]
+    await session.resume(turn_id, "approve@c2", False, by="U1")
+    assert (await next_ending(session, turn_id)).text == "both handled"
+    assert ledger.posted == ["harmless"]
+    await runtime.close()
+
+
+async def test_a_start_cancelled_by_its_caller_is_admitted_and_never_runs_behind_a_park(
+    sqlite_store,
+):
+    release = asyncio.Event()
+    ledger = Ledger()
+    post = gated_post_tool(ledger, release)
+    runtime = await runtime_with(sqlite_store, ledger, tools=[post])
+    session = runtime.session("a", "s1")
+    first = await session.start(speaker_input("first"))
+    busy = asyncio.ensure_future(sqlite_store._run(lambda conn: time.sleep(0.2)))
+    await asyncio.sleep(0.01)
+    late = asyncio.ensure_future(session.start(speaker_input("second")))
+    await asyncio.sleep(0.02)
+    late.cancel()  # an HTTP handler timed out while the write was queued
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    await busy
+    release.set()
+    assert isinstance(await session.result(first), Suspended)
+    await asyncio.sleep(0.05)
+    stored = await sqlite_store.load(SessionKey("a", "s1"))
+    assert [t.status for t in sorted(stored.turns.values(), key=lambda t: t.seq)] == [
+        "suspended",
+        "queued",  # admitted all the same, and waiting behind the park
+    ]
+    await runtime.close()
+
+
+async def test_a_resume_cancelled_by_its_caller_still_runs_the_answered_turn(sqlite_store):
+    ledger = Ledger()
+    runtime = await runtime_with(sqlite_store, ledger)
+    session, turn_id = await park(runtime)
+    busy = asyncio.ensure_future(sqlite_store._run(lambda conn: time.sleep(0.2)))
+    await asyncio.sleep(0.01)
+    click = asyncio.ensure_future(session.resume(turn_id, "approve", True, by="U1"))
+    await asyncio.sleep(0.05)
+    click.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await click
+    await busy
+    assert (await next_ending(session, turn_id)).text == "done: {'posted': True}"
+    await runtime.close()
+
+
+async def test_who_answered_and_how_is_told_only_to_those_who_could_have(store):
+    runtime = await runtime_with(store, Ledger())
+    session, turn_id = await park(runtime)
+    await session.resume(turn_id, "approve", True, by="U1")
+    await next_ending(session, turn_id)
+
+    with pytest.raises(ResumeConflictError) as stranger:
+        await session.resume(turn_id, "approve", False, by="U-stranger")
+    assert "U1" not in str(stranger.value)
+    assert "True" not in str(stranger.value)
+    with pytest.raises(ResumeConflictError, match="already answered by U1: True"):
+        await session.resume(turn_id, "approve", False, by="U1")
+    await runtime.close()
+
+
+async def test_an_answer_after_the_deadline_is_refused_and_the_request_expires(store):
+    now = {"t": 1_000_000.0}
+    ledger = Ledger()
+    runtime = await runtime_with(store, ledger, ask={"ttl": 60})
+    runtime.clock = lambda: now["t"]
+    session, turn_id = await park(runtime)
+    now["t"] += 3600  # the click comes an hour late; no timer has fired yet
+    with pytest.raises(ResumeConflictError, match="already expired"):
+        await session.resume(turn_id, "approve", True, by="U1")
+    assert (await next_ending(session, turn_id)).text == (
+        "done: {'posted': False, 'expired': True}"
+    )
+    assert ledger.posted == []
+    await runtime.close()
+
+
+async def test_a_park_raised_inside_a_task_group_still_parks(store):
+    ledger = Ledger()
+    inner = post_tool(ledger)
+
+    @tool
+    async def post(text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Post a message once a person approves it."""
+        async with asyncio.TaskGroup() as group:
+            asking = group.create_task(inner.fn(text, ctx))
+        return asking.result()  # type: ignore[no-any-return]
+
+    runtime = await runtime_with(store, ledger, tools=[post])
+    session, turn_id = await park(runtime)
+    await session.resume(turn_id, "approve", True, by="U1")
+    assert (await next_ending(session, turn_id)).text == "done: {'posted': True}"
+    await runtime.close()
+
+
+async def test_a_resume_racing_close_is_applied_and_runs_at_the_next_start(sqlite_store):
+    ledger = Ledger()
+    runtime = await runtime_with(sqlite_store, ledger)
+    session, turn_id = await park(runtime)
+    resuming = asyncio.ensure_future(session.resume(turn_id, "approve", True, by="U1"))
+    await asyncio.sleep(0)
+    await runtime.close()
+    await resuming  # stored, not an error: the caller must not think it was lost
+
+    again = await runtime_with(sqlite_store, ledger)
+    assert (await again.session("a", "s1").result(turn_id)).text == "done: {'posted': True}"
+    await again.close()
+
+
+async def test_a_grant_answers_only_for_the_resumer_it_was_made_for(store):
+    async def authorize(check: AnswerCheck) -> bool:
+        return check.by == "U-ops"
+
+    runtime = await runtime_with(
+        store, Ledger(), ask={"answerers": {"policy": "operator"}}, authorize_answer=authorize
+    )
+    session, turn_id = await park(runtime)
+    granted = await grant_answer(session, turn_id=turn_id, input_id="approve", by="U-ops")
+    with pytest.raises(ResumeAuthorizationError):
+        await session.resume(turn_id, "approve", True, by="U-intern", granted=granted)
+    await session.resume(turn_id, "approve", True, by="U-ops", granted=granted)
+    await runtime.close()
+
+
+@pytest.mark.parametrize(
+    "answerers", [{"user": None}, {"user": ""}, {"policy": None}, {"policy": "x", "scope": 0}]
+)
+async def test_malformed_answerers_are_refused_not_guessed(store, answerers):
+    ledger = Ledger()
+    runtime = await runtime_with(store, ledger, ask={"answerers": answerers})
+    done = await runtime.session("a", "s1").turn(speaker_input())
+    assert "answerers must be" in done.text  # the tool's error, read by the model
+    assert ledger.posted == []
+    await runtime.close()
+
+
+async def test_a_replica_sees_a_park_another_process_answered(tmp_path):
+    path = tmp_path / "s.db"
+    ledger = Ledger()
+    stores = [await SQLiteStore.open(path), await SQLiteStore.open(path)]
+    answering = await runtime_with(stores[0], ledger)
+    session, turn_id = await park(answering)
+    stale = await runtime_with(stores[1], ledger)
+    replica = stale.session("a", "s1")
+    assert await replica.status() == "suspended"  # loaded while parked
+
+    await session.resume(turn_id, "approve", True, by="U1")
+    await next_ending(session, turn_id)
+    assert await replica.start(speaker_input("next one")) != turn_id  # not refused
+    await answering.close()
+    await stale.close()
+    for opened in stores:
+        await opened.close()

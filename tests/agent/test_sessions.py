@@ -204,7 +204,7 @@ async def test_a_failing_observer_does_not_stop_the_turn(store, caplog):
 
 
 class FailingStore(MemoryStore):
-    """A memory store whose disk "fails" on chosen commits."""
+    """A memory store whose disk "fails" on a chosen tool step's commit."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,10 +215,6 @@ class FailingStore(MemoryStore):
         self.commits += 1
         if self.commits == self.fail_on_commit:
             raise StoreError("disk I/O error")
-
-    async def commit(self, key, commit):
-        self._count()
-        await super().commit(key, commit)
 
     async def commit_with(self, key, work, record):
         self._count()
@@ -237,7 +233,7 @@ async def test_a_store_failure_halts_the_session_instead_of_wedging_it():
         store, Agent(name="a", model=ScriptedModel(script), tools=[lookup])
     ) as rt:
         session = rt.session("a", "s1")
-        store.fail_on_commit = 4  # opening one, queueing two, model step, then the tool step
+        store.fail_on_commit = 1  # the first tool step
         first = await session.start("one")
         second = await session.start("two")
         events = [e.type async for e in session.stream(first)]
