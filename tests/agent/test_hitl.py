@@ -129,7 +129,9 @@ async def test_a_tool_asking_parks_the_turn_with_one_checkpoint(store):
     ledger = Ledger()
     sink = RecordingSink()
     runtime = await runtime_with(store, ledger, sink)
-    session, turn_id = await park(runtime, speaker_input("post hello"))
+    policy = {"deny_tools": ["delete_channel"], "instructions": "Be brief.", "mode": "overlay"}
+    given = TurnInput(text="post hello", user="U1", event=SPEAKER, policy=policy)
+    session, turn_id = await park(runtime, given)
 
     parked = await session.result(turn_id)
     assert parked.request.id == "approve"
@@ -138,6 +140,7 @@ async def test_a_tool_asking_parks_the_turn_with_one_checkpoint(store):
     assert parked.request.answerers == UserAnswerer(user="U1")  # the attested speaker
     assert parked.opening_text == "post hello"
     assert parked.event == SPEAKER
+    assert parked.policy == policy  # the policy travels with the park
     assert await session.status() == "suspended"
     assert await session.pending() == parked.request
     [requested] = [e for e in sink.events if e.type == "input.requested"]
