@@ -46,11 +46,13 @@ async def test_turns_of_one_session_run_one_at_a_time_in_order(store):
     order: list[str] = []
     in_flight = 0
     most = 0
+    all_admitted = asyncio.Event()
 
     async def script(request):
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
+        await all_admitted.wait()  # however slow the disk, nothing ends before all are in
         await asyncio.sleep(0.002)
         in_flight -= 1
         order.append(request.messages[-1].text)
@@ -60,6 +62,7 @@ async def test_turns_of_one_session_run_one_at_a_time_in_order(store):
         session = runtime.session("a", "s1")
         ids = [await session.start(f"m{i}") for i in range(5)]
         statuses = [t.status for t in await session.turns()]
+        all_admitted.set()
         results = [await session.result(t) for t in ids]
 
     assert statuses[0] == "running"
