@@ -130,7 +130,6 @@ class ContextWindow:
         whole = overhead + sum(sizes)
         if whole <= self.budget:
             return messages  # a token spans at least one character, so this surely fits
-        cuts = valid_cuts(messages)
         head = self._head(messages, sizes)
         tail = memory.tail if self._still_cuts(memory, messages, head) else None
         sent = messages if tail is None else windowed(messages, head, tail)
@@ -143,6 +142,7 @@ class ContextWindow:
             return sent
         per_char = tokens / max(chars, 1)
         target = self.budget * REFILL
+        cuts = valid_cuts(messages)  # only a new cut needs them: a whole pass over the thread
         for _ in range(4):
             tail = _tail_start(sizes, cuts, head, target / per_char, overhead)
             sent = windowed(messages, head, tail)
