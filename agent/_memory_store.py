@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from agent.errors import StoreConflictError, StoreError
 from agent.messages import JsonValue
-from agent.ports import Commit, SessionKey, SessionStatus, StoredSession
+from agent.ports import Archive, Commit, SessionKey, SessionStatus, StoredSession
 from agent.turns import TURN_STATUSES_UNFINISHED, TurnRecord
 
 __all__ = ["MemoryStore"]
@@ -22,13 +22,26 @@ T = TypeVar("T")
 
 
 class _Session:
-    __slots__ = ("messages", "status", "steps", "turns")
+    __slots__ = (
+        "archive",
+        "cancels",
+        "generation",
+        "messages",
+        "reset_through",
+        "status",
+        "steps",
+        "turns",
+    )
 
     def __init__(self) -> None:
         self.status: SessionStatus = "new"
         self.messages: dict[int, Any] = {}
         self.steps: dict[tuple[str, str], JsonValue] = {}
         self.turns: dict[str, TurnRecord] = {}
+        self.cancels: dict[str, str] = {}
+        self.generation = 0
+        self.reset_through: int | None = None
+        self.archive: dict[int, Archive] = {}
 
 
 class MemoryStore:
@@ -56,6 +69,10 @@ class MemoryStore:
             status=s.status,
             transcript=[s.messages[i] for i in sorted(s.messages)],
             turns={t.turn_id: t for t in turns},
+            cancels=dict(s.cancels),
+            generation=s.generation,
+            reset_through=s.reset_through,
+            retired={turn_id for archive in s.archive.values() for turn_id in archive.turns},
         )
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
@@ -87,6 +104,13 @@ class MemoryStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return self._turns_in(frozenset({"suspended"}))
 
+    async def pending_resets(self) -> list[SessionKey]:
+        return [key for key, s in self._sessions.items() if s.reset_through is not None]
+
+    async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
+        archive = self._session(key).archive.get(generation)
+        return copy.deepcopy(archive)
+
     def _turns_in(self, statuses: frozenset[str]) -> list[tuple[SessionKey, TurnRecord]]:
         found = [
             (key, turn)
@@ -99,13 +123,12 @@ class MemoryStore:
     def _apply(self, key: SessionKey, commit: Commit) -> None:
         s = self._session(key)
         # check everything first so a clash writes nothing, as a rolled-back transaction
-        if commit.expect_status is not None:
-            assert commit.turn is not None
-            stored = s.turns.get(commit.turn.turn_id)
-            if stored is None or stored.status != commit.expect_status:
-                raise StoreConflictError(
-                    f"{key}: turn {commit.turn.turn_id} is no longer {commit.expect_status}"
-                )
+        for turn_id, expected in commit.expect:
+            stored = s.turns.get(turn_id)
+            if stored is None or stored.status != expected:
+                raise StoreConflictError(f"{key}: turn {turn_id} is no longer {expected}")
+        if commit.archive and s.reset_through is None and commit.reset_through is None:
+            raise StoreError(f"{key}: no reset is pending to carry out")
         for m in commit.messages:
             if m.index in s.messages:
                 raise StoreError(f"{key}: transcript index {m.index} is already taken")
@@ -116,7 +139,38 @@ class MemoryStore:
             s.messages[m.index] = m.message
         for st in commit.steps:
             s.steps[(st.turn_id, st.step_id)] = copy.deepcopy(st.result)
-        if commit.turn is not None:
-            s.turns[commit.turn.turn_id] = commit.turn
+        for record in commit.turns:
+            s.turns[record.turn_id] = record
+        for turn_id, reason in commit.cancels:
+            if turn_id in s.turns:
+                s.cancels.setdefault(turn_id, reason)
         if commit.status is not None:
             s.status = commit.status
+        if commit.reset_through is not None:
+            s.reset_through = commit.reset_through
+        if commit.archive:
+            self._archive(s)
+
+    @staticmethod
+    def _archive(s: _Session) -> None:
+        through = s.reset_through
+        assert through is not None
+        retiring = {t.turn_id: t for t in s.turns.values() if t.seq <= through}
+        steps: dict[str, dict[str, JsonValue]] = {}
+        for (turn_id, step_id), result in list(s.steps.items()):
+            if turn_id in retiring:
+                steps.setdefault(turn_id, {})[step_id] = result
+                del s.steps[(turn_id, step_id)]
+        s.archive[s.generation] = Archive(
+            generation=s.generation,
+            transcript=[s.messages[i] for i in sorted(s.messages)],
+            turns=retiring,
+            steps=steps,
+        )
+        s.messages.clear()
+        for turn_id in retiring:
+            del s.turns[turn_id]
+            s.cancels.pop(turn_id, None)
+        s.generation += 1
+        s.reset_through = None
+        s.status = "new"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -18,7 +19,7 @@ import aiosqlite
 from agent._json import dumps, loads
 from agent.errors import StoreConflictError, StoreError
 from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
-from agent.ports import Commit, SessionKey, StoredSession
+from agent.ports import Archive, Commit, SessionKey, StoredSession
 from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
 
 __all__ = ["SQLiteStore"]
@@ -71,6 +72,40 @@ MIGRATIONS: tuple[str, ...] = (
     # parked turns are found at start-up, to expire the requests nobody answered
     """
     CREATE INDEX turns_suspended ON turns (status) WHERE status = 'suspended';
+    """,
+    # Cancel requests live in a column of their own, which the turn's own record
+    # writes never touch, so a request cannot be lost under a step that commits
+    # at the same moment. A reset moves a generation into the archive tables.
+    """
+    ALTER TABLE turns ADD COLUMN cancel TEXT;
+    ALTER TABLE sessions ADD COLUMN reset_through INTEGER;
+    CREATE INDEX sessions_resetting ON sessions (id) WHERE reset_through IS NOT NULL;
+    CREATE TABLE archived_messages (
+        session INTEGER NOT NULL REFERENCES sessions (id),
+        generation INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (session, generation, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE archived_steps (
+        session INTEGER NOT NULL REFERENCES sessions (id),
+        generation INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        step_id TEXT NOT NULL,
+        result TEXT NOT NULL,
+        PRIMARY KEY (session, generation, turn_id, step_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE archived_turns (
+        session INTEGER NOT NULL REFERENCES sessions (id),
+        generation INTEGER NOT NULL,
+        turn_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (session, generation, turn_id)
+    ) WITHOUT ROWID;
     """,
 )
 
@@ -189,9 +224,28 @@ class SQLiteStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return await self._run(_turns_in, "('suspended')")
 
+    async def pending_resets(self) -> list[SessionKey]:
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT agent, session_id FROM sessions WHERE reset_through IS NOT NULL"
+            ).fetchall()
+        )
+        return [SessionKey(agent, session_id) for agent, session_id in rows]
+
+    async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
+        return await self._run(_load_archive, self._ids, key, generation)
+
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""
-        if table not in {"sessions", "turns", "messages", "steps"}:
+        if table not in {
+            "sessions",
+            "turns",
+            "messages",
+            "steps",
+            "archived_messages",
+            "archived_steps",
+            "archived_turns",
+        }:
             raise StoreError(f"no table {table!r}")
         return await self._run(lambda conn: conn.execute(f"SELECT * FROM {table}").fetchall())
 
@@ -221,13 +275,17 @@ def _configure(conn: sqlite3.Connection, synchronous: Synchronous) -> None:
             raise
 
 
-_Rows = tuple[
-    list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...] | None, str | None, str | None
-]
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A commit serialised off the connection thread; the session's number comes later."""
+
+    messages: list[tuple[Any, ...]]
+    steps: list[tuple[Any, ...]]
+    turns: list[tuple[Any, ...]]
+    commit: Commit
 
 
 def _rows(commit: Commit) -> _Rows:
-    """Serialise a commit's rows (off the connection thread; the session id comes later)."""
     messages = [
         (
             m.index,
@@ -238,11 +296,11 @@ def _rows(commit: Commit) -> _Rows:
         for m in commit.messages
     ]
     steps = [(s.turn_id, s.step_id, dumps(s.result)) for s in commit.steps]
-    turn = None
-    if commit.turn is not None:
-        t = commit.turn
-        turn = (t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
-    return messages, steps, turn, commit.status, commit.expect_status
+    turns = [
+        (t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
+        for t in commit.turns
+    ]
+    return _Rows(messages, steps, turns, commit)
 
 
 class _SessionIds:
@@ -279,33 +337,80 @@ class _SessionIds:
 
 
 def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
-    messages, steps, turn, status, expect = rows
-    if expect is not None:
-        assert turn is not None
+    commit = rows.commit
+    for turn_id, expected in commit.expect:
         found = conn.execute(
-            "SELECT status FROM turns WHERE session = ? AND turn_id = ?", (sid, turn[0])
+            "SELECT status FROM turns WHERE session = ? AND turn_id = ?", (sid, turn_id)
         ).fetchone()
-        if found is None or found[0] != expect:
-            raise StoreConflictError(f"turn {turn[0]} is no longer {expect}")
-    if messages:
+        if found is None or found[0] != expected:
+            raise StoreConflictError(f"turn {turn_id} is no longer {expected}")
+    if rows.messages:
         conn.executemany(
             "INSERT INTO messages (id, turn_id, role, body) VALUES (?, ?, ?, ?)",
-            [(sid << 32 | index, *rest) for index, *rest in messages],
+            [(sid << 32 | index, *rest) for index, *rest in rows.messages],
         )
-    if steps:
+    if rows.steps:
         conn.executemany(
             "INSERT INTO steps (session, turn_id, step_id, result) VALUES (?, ?, ?, ?)",
-            [(sid, *st) for st in steps],
+            [(sid, *st) for st in rows.steps],
         )
-    if turn is not None:
-        conn.execute(
+    if rows.turns:
+        conn.executemany(
             "INSERT INTO turns (session, turn_id, seq, status, record) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (session, turn_id)"
             " DO UPDATE SET status = excluded.status, record = excluded.record",
-            (sid, *turn),
+            [(sid, *turn) for turn in rows.turns],
         )
-    if status is not None:
-        conn.execute("UPDATE sessions SET status = ? WHERE id = ?", (status, sid))
+    if commit.cancels:
+        conn.executemany(
+            "UPDATE turns SET cancel = ? WHERE session = ? AND turn_id = ? AND cancel IS NULL",
+            [(reason, sid, turn_id) for turn_id, reason in commit.cancels],
+        )
+    if commit.status is not None:
+        conn.execute("UPDATE sessions SET status = ? WHERE id = ?", (commit.status, sid))
+    if commit.reset_through is not None:
+        conn.execute(
+            "UPDATE sessions SET reset_through = ? WHERE id = ?", (commit.reset_through, sid)
+        )
+    if commit.archive:
+        _archive(conn, sid)
+
+
+def _archive(conn: sqlite3.Connection, sid: int) -> None:
+    """Move the live generation of session ``sid`` into the archive and open the next."""
+    generation, through = conn.execute(
+        "SELECT generation, reset_through FROM sessions WHERE id = ?", (sid,)
+    ).fetchone()
+    if through is None:
+        raise StoreError("no reset is pending to carry out")
+    low, high = sid << 32, sid << 32 | 0xFFFFFFFF
+    conn.execute(
+        "INSERT INTO archived_messages (session, generation, idx, turn_id, role, body)"
+        " SELECT ?, ?, idx, turn_id, role, body FROM messages WHERE id BETWEEN ? AND ?",
+        (sid, generation, low, high),
+    )
+    conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (low, high))
+    retiring = "SELECT turn_id FROM turns WHERE session = ? AND seq <= ?"
+    conn.execute(
+        "INSERT INTO archived_steps (session, generation, turn_id, step_id, result)"
+        f" SELECT session, ?, turn_id, step_id, result FROM steps"
+        f" WHERE session = ? AND turn_id IN ({retiring})",
+        (generation, sid, sid, through),
+    )
+    conn.execute(
+        f"DELETE FROM steps WHERE session = ? AND turn_id IN ({retiring})", (sid, sid, through)
+    )
+    conn.execute(
+        "INSERT INTO archived_turns (session, generation, turn_id, seq, status, record)"
+        " SELECT session, ?, turn_id, seq, status, record FROM turns"
+        " WHERE session = ? AND seq <= ?",
+        (generation, sid, through),
+    )
+    conn.execute("DELETE FROM turns WHERE session = ? AND seq <= ?", (sid, through))
+    conn.execute(
+        "UPDATE sessions SET generation = ?, reset_through = NULL, status = 'new' WHERE id = ?",
+        (generation + 1, sid),
+    )
 
 
 def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
@@ -362,20 +467,69 @@ def _load(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey) -> Stored
     sid = ids.find(conn, key)
     if sid is None:
         return StoredSession()
-    [status] = conn.execute("SELECT status FROM sessions WHERE id = ?", (sid,)).fetchone()
+    status, generation, reset_through = conn.execute(
+        "SELECT status, generation, reset_through FROM sessions WHERE id = ?", (sid,)
+    ).fetchone()
     bodies = conn.execute(
         "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id",
         (sid << 32, sid << 32 | 0xFFFFFFFF),
     ).fetchall()
     records = conn.execute(
-        "SELECT record FROM turns WHERE session = ? ORDER BY seq", (sid,)
+        "SELECT record, cancel FROM turns WHERE session = ? ORDER BY seq", (sid,)
     ).fetchall()
     transcript = MESSAGES_ADAPTER.validate_json("[" + ",".join(b for (b,) in bodies) + "]")
+    turns = {}
+    cancels = {}
+    for body, cancel in records:
+        record = TURN_RECORD_ADAPTER.validate_json(body)
+        turns[record.turn_id] = record
+        if cancel is not None:
+            cancels[record.turn_id] = cancel
+    retired = set()
+    if generation:
+        rows = conn.execute("SELECT turn_id FROM archived_turns WHERE session = ?", (sid,))
+        retired = {turn_id for (turn_id,) in rows}
+    return StoredSession(
+        status=status,
+        transcript=transcript,
+        turns=turns,
+        cancels=cancels,
+        generation=generation,
+        reset_through=reset_through,
+        retired=retired,
+    )
+
+
+def _load_archive(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, generation: int
+) -> Archive | None:
+    sid = ids.find(conn, key)
+    if sid is None:
+        return None
+    where = "WHERE session = ? AND generation = ?"
+    bodies = conn.execute(
+        f"SELECT body FROM archived_messages {where} ORDER BY idx", (sid, generation)
+    ).fetchall()
+    records = conn.execute(
+        f"SELECT record FROM archived_turns {where} ORDER BY seq", (sid, generation)
+    ).fetchall()
+    if not bodies and not records:
+        return None
+    steps: dict[str, dict[str, JsonValue]] = {}
+    for turn_id, step_id, result in conn.execute(
+        f"SELECT turn_id, step_id, result FROM archived_steps {where}", (sid, generation)
+    ):
+        steps.setdefault(turn_id, {})[step_id] = loads(result)
     turns = {}
     for (body,) in records:
         record = TURN_RECORD_ADAPTER.validate_json(body)
         turns[record.turn_id] = record
-    return StoredSession(status=status, transcript=transcript, turns=turns)
+    return Archive(
+        generation=generation,
+        transcript=MESSAGES_ADAPTER.validate_json("[" + ",".join(b for (b,) in bodies) + "]"),
+        turns=turns,
+        steps=steps,
+    )
 
 
 def _load_steps(

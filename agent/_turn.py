@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from agent.definition import Agent
 from agent.errors import FatalToolError, ModelError, StoreError, ToolError
@@ -23,6 +23,7 @@ from agent.events import (
     MessageCompleted,
     MessageDelta,
     ReasoningDelta,
+    TurnCancelled,
     TurnCompleted,
     TurnEvent,
     TurnFailed,
@@ -51,11 +52,18 @@ from agent.messages import (
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
 from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredSession, StoredStep
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
-from agent.turns import Completed, Failed, Suspended, TurnRecord, TurnResult
+from agent.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
 
-__all__ = ["TurnRun", "apply_commit", "opening_commit"]
+__all__ = ["TurnRun", "apply_commit", "ending_commit", "opening_commit", "owed_calls"]
+
+T = TypeVar("T")
 
 NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
+CANCELLED_CALL = {"cancelled": True}
+
+
+class _Interrupted(Exception):
+    """The turn was cancelled (or ran out of time) while a step was in flight."""
 
 
 class _StepFailed(Exception):
@@ -67,10 +75,29 @@ class _StepFailed(Exception):
 def apply_commit(state: StoredSession, commit: Commit) -> None:
     """Mirror a committed transaction into the session's in-memory state."""
     state.transcript.extend(stored.message for stored in commit.messages)
-    if commit.turn is not None:
-        state.turns[commit.turn.turn_id] = commit.turn
+    for record in commit.turns:
+        state.turns[record.turn_id] = record
+    for turn_id, reason in commit.cancels:
+        state.cancels.setdefault(turn_id, reason)
     if commit.status is not None:
         state.status = commit.status
+    if commit.reset_through is not None:
+        state.reset_through = commit.reset_through
+    if commit.archive:
+        _archive(state)
+
+
+def _archive(state: StoredSession) -> None:
+    through = state.reset_through
+    assert through is not None
+    state.transcript.clear()  # in place: a turn run holds this list
+    for record in [t for t in state.turns.values() if t.seq <= through]:
+        del state.turns[record.turn_id]
+        state.cancels.pop(record.turn_id, None)
+        state.retired.add(record.turn_id)
+    state.generation += 1
+    state.reset_through = None
+    state.status = "new"
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
@@ -82,7 +109,57 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
     else:
         message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
     opened = dataclasses.replace(record, status="running", opening_index=index)
-    return opened, Commit(messages=(StoredMessage(index, message),), turn=opened, status="running")
+    return opened, Commit(
+        messages=(StoredMessage(index, message),), turns=(opened,), status="running"
+    )
+
+
+def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall, ...], int]:
+    """The calls of the newest assistant message, if it is ``turn_id``'s, still without a result.
+
+    Returns:
+        The calls, and the transcript index of the message that made them (-1 if none).
+    """
+    i = len(transcript) - 1
+    answered: set[str] = set()
+    while i >= 0 and isinstance(transcript[i], ToolMessage):
+        answered.add(transcript[i].call_id)  # type: ignore[union-attr]
+        i -= 1
+    last = transcript[i] if i >= 0 else None
+    if not isinstance(last, AssistantMessage) or last.turn_id != turn_id:
+        return (), -1
+    return tuple(c for c in last.tool_calls if c.id not in answered), i
+
+
+def ending_commit(
+    state: StoredSession, record: TurnRecord, result: Failed | Cancelled, closing: JsonValue
+) -> Commit:
+    """The transaction that ends a turn early: its record, and a result for each owed call.
+
+    Every call the turn still owes gets ``closing`` as its result, so the next model
+    call gets a valid transcript (a call with no result is refused by the model's API
+    from then on, which would wedge the conversation for good).
+    """
+    owed, at = owed_calls(state.transcript, record.turn_id)
+    messages: list[StoredMessage] = []
+    steps: list[StoredStep] = []
+    for offset, call in enumerate(owed):
+        index = len(state.transcript) + offset
+        message = ToolMessage(
+            turn_id=record.turn_id, call_id=call.id, name=call.name, result=closing, is_error=True
+        )
+        messages.append(StoredMessage(index, message))
+        steps.append(
+            StoredStep(f"tool:{at}:{call.id}", record.turn_id, {"message": index, "is_error": True})
+        )
+    ended = dataclasses.replace(record, status=result.status, result=result)
+    return Commit(
+        messages=tuple(messages),
+        steps=tuple(steps),
+        turns=(ended,),
+        # a turn that never opened held nothing of the session; one that did, held it all
+        status="idle" if record.opening_index is not None else None,
+    )
 
 
 class TurnRun:
@@ -109,6 +186,8 @@ class TurnRun:
         self._seq = 0
         self._clock = clock
         self._answers: dict[str, JsonValue] | None = None
+        self._interrupt = asyncio.Event()
+        self._timed_out = False
 
     @property
     def turn_id(self) -> str:
@@ -124,8 +203,44 @@ class TurnRun:
         """The runtime's clock, in seconds since the epoch."""
         return self._clock()
 
+    def interrupt(self) -> None:
+        """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
+
+        A model reply being streamed is abandoned (its request aborted) at once; a tool
+        that is running finishes, and its result commits.
+        """
+        self._interrupt.set()
+
+    def _cancel_reason(self) -> str | None:
+        reason = self._state.cancels.get(self.turn_id)
+        if reason is None and self._timed_out:
+            reason = "timeout"
+        return reason
+
+    def _stop_if_cancelled(self) -> None:
+        if self._cancel_reason() is not None:
+            raise _Interrupted
+
+    def _time_up(self) -> None:
+        self._timed_out = True
+        self._interrupt.set()
+
     async def run(self) -> TurnResult:
-        """Run the turn to completion, failure or a park, committing each step on the way."""
+        """Run the turn to completion, failure, cancellation or a park, committing each step."""
+        limit = self._agent.max_turn_seconds
+        timer = None
+        if limit is not None:
+            # each run has the whole limit: time parked waiting for a person does not count
+            timer = asyncio.get_running_loop().call_later(limit, self._time_up)
+        try:
+            return await self._run()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _run(self) -> TurnResult:
+        if self._record.opening_index is None and (reason := self._cancel_reason()):
+            return await self._cancel(reason)  # before it opened: nothing of it is written
         await self._open()
         trigger = "resume" if self._record.resumes else self._record.input.trigger
         self._emit(TurnStarted, trigger=trigger)
@@ -133,7 +248,11 @@ class TurnRun:
             return await self._loop()
         except _StepFailed as failure:
             return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+        except _Interrupted:
+            return await self._cancel(self._cancel_reason() or "requested")
         except InputRequired as parked:
+            if reason := self._cancel_reason():
+                return await self._cancel(reason)  # nobody is to be asked for a cancelled turn
             return await self._park(parked.request)
 
     async def _park(self, request: InputRequest) -> TurnResult:
@@ -147,7 +266,7 @@ class TurnRun:
             policy=given.policy,
         )
         record = dataclasses.replace(self._record, status="suspended", result=result)
-        await self._commit(Commit(turn=record, status="suspended"))
+        await self._commit(Commit(turns=(record,), status="suspended"))
         self._emit(InputRequested, request=request.as_dict())
         return result
 
@@ -174,34 +293,23 @@ class TurnRun:
                 )
             if isinstance(last, AssistantMessage) and not last.tool_calls:
                 return await self._complete(last.text)  # ended, but not yet marked so
-            owed, at = self._owed_calls()
+            owed, at = owed_calls(self._transcript, self.turn_id)
             if owed:
                 for call in owed:
+                    self._stop_if_cancelled()  # between calls: the rest get a closing result
                     await self._tool_step(at, call)
                 continue
+            self._stop_if_cancelled()
             ended = await self._model_step(len(self._transcript))
             if ended is not None:
                 return ended
-
-    def _owed_calls(self) -> tuple[tuple[ToolCall, ...], int]:
-        """The calls of the newest assistant message that still have no result."""
-        t = self._transcript
-        i = len(t) - 1
-        answered: set[str] = set()
-        while i >= 0 and isinstance(t[i], ToolMessage):
-            answered.add(t[i].call_id)  # type: ignore[union-attr]
-            i -= 1
-        last = t[i] if i >= 0 else None
-        if not isinstance(last, AssistantMessage):
-            return (), -1
-        return tuple(c for c in last.tool_calls if c.id not in answered), i
 
     # -- model steps ---------------------------------------------------------
 
     async def _model_step(self, index: int) -> TurnResult | None:
         """Ask the model and commit its reply; a reply with no tool call also ends the turn."""
         step = f"model:{index}"
-        reply = await self._ask_model(step)
+        reply = await self._unless_interrupted(self._ask_model(step))
         message = AssistantMessage(
             turn_id=self.turn_id,
             content=reply.content,
@@ -232,6 +340,21 @@ class TurnRun:
                     raise _StepFailed(str(exc), phase="model", step=step) from exc
                 await asyncio.sleep(policy.delay(attempt, exc.retry_after))
                 attempt += 1
+
+    async def _unless_interrupted(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work``, abandoning it (its model request aborted) if the turn is cancelled."""
+        task = asyncio.ensure_future(work)
+        interrupted = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            await asyncio.wait((task, interrupted), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            interrupted.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise _Interrupted
+        return task.result()
 
     async def _stream_reply(self, step: str, attempt: int) -> ModelReply | None:
         request = ModelRequest(
@@ -355,8 +478,8 @@ class TurnRun:
             )
         return ToolMessage(turn_id=self.turn_id, call_id=call.id, name=call.name, result=result)
 
-    def _tool_commit(self, step: str, message: ToolMessage, *, offset: int = 0) -> Commit:
-        index = len(self._transcript) + offset
+    def _tool_commit(self, step: str, message: ToolMessage) -> Commit:
+        index = len(self._transcript)
         memo = {"message": index, "is_error": message.is_error}
         return Commit(
             messages=(StoredMessage(index, message),),
@@ -375,7 +498,7 @@ class TurnRun:
         usage = self._usage_so_far(messages)
         result = Completed(turn_id=self.turn_id, text=text, usage=usage)
         record = dataclasses.replace(self._record, status="completed", result=result)
-        await self._commit(Commit(messages=messages, steps=steps, turn=record, status="idle"))
+        await self._commit(Commit(messages=messages, steps=steps, turns=(record,), status="idle"))
         if messages and text:
             self._emit(MessageCompleted, text=text, index=messages[0].index)
         self._emit(TurnCompleted, text=text, usage=usage)
@@ -393,26 +516,14 @@ class TurnRun:
 
     async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
         result = Failed(turn_id=self.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
-        record = dataclasses.replace(self._record, status="failed", result=result)
-        # close the calls that will never run, so the next turn's transcript stays valid
-        owed, at = self._owed_calls()
-        messages: list[StoredMessage] = []
-        steps: list[StoredStep] = []
-        for offset, call in enumerate(owed):
-            message = ToolMessage(
-                turn_id=self.turn_id,
-                call_id=call.id,
-                name=call.name,
-                result=NOT_RUN_AFTER_FAILURE,
-                is_error=True,
-            )
-            closing = self._tool_commit(f"tool:{at}:{call.id}", message, offset=offset)
-            messages += closing.messages
-            steps += closing.steps
-        await self._commit(
-            Commit(messages=tuple(messages), steps=tuple(steps), turn=record, status="idle")
-        )
+        await self._commit(ending_commit(self._state, self._record, result, NOT_RUN_AFTER_FAILURE))
         self._emit(TurnFailed, error=error, phase=phase, step=step)
+        return result
+
+    async def _cancel(self, reason: str) -> TurnResult:
+        result = Cancelled(turn_id=self.turn_id, reason=reason)
+        await self._commit(ending_commit(self._state, self._record, result, CANCELLED_CALL))
+        self._emit(TurnCancelled, reason=reason)
         return result
 
     # -- plumbing ------------------------------------------------------------
@@ -422,8 +533,7 @@ class TurnRun:
         # is closing and drops this state, so a write that lands after the cancel is fine.
         await self._store.commit(self._key, commit)
         apply_commit(self._state, commit)
-        if commit.turn is not None:
-            self._record = commit.turn
+        self._record = self._state.turns[self.turn_id]
 
     def _emit(self, event_type: type[Any], **fields: Any) -> None:
         self._seq += 1

@@ -51,12 +51,18 @@ class Agent:
     model_retry: ModelRetry = ModelRetry()
     authorize_answer: AuthorizeAnswer | None = None
     """Decides, at resume time, whether a resumer may answer a ``{policy, scope}`` request."""
+    max_turn_seconds: float | None = None
+    """How long one run of a turn may take; past it the turn is cancelled with reason
+    ``timeout`` at its next checkpoint boundary (a streaming reply is abandoned at once,
+    a running tool is let finish). Time parked waiting for a person does not count."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("an agent needs a name")
+        if self.max_turn_seconds is not None and not self.max_turn_seconds > 0:
+            raise ConfigError(f"agent {self.name}: max_turn_seconds must be above 0")
         by_name: dict[str, Tool] = {}
         for t in self.tools:
             if t.name in by_name:

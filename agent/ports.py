@@ -20,6 +20,7 @@ from agent.model import ModelRequest, ModelStreamEvent
 from agent.turns import TurnRecord
 
 __all__ = [
+    "Archive",
     "Commit",
     "EventSink",
     "Model",
@@ -57,7 +58,7 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class StoredStep:
-    """A step's memo: ``model:<n>``, ``tool:<n>:<call_id>`` (later ``input:<turn>:<id>``)."""
+    """A step's memo: ``model:<n>``, ``tool:<n>:<call_id>`` or ``input:<turn>:<id>``."""
 
     step_id: str
     turn_id: str
@@ -70,12 +71,23 @@ class Commit:
 
     messages: tuple[StoredMessage, ...] = ()
     steps: tuple[StoredStep, ...] = ()
-    turn: TurnRecord | None = None
-    """Inserted, or replacing the stored record with the same id."""
+    turns: tuple[TurnRecord, ...] = ()
+    """Each inserted, or replacing the stored record with the same id."""
     status: SessionStatus | None = None
-    expect_status: str | None = None
-    """Write only if the stored record of ``turn`` still has this status; otherwise
-    write nothing and raise `StoreConflictError` (another writer got there first)."""
+    expect: tuple[tuple[str, str], ...] = ()
+    """``(turn id, status)`` pairs: write only if each stored turn still has that
+    status; otherwise write nothing and raise `StoreConflictError` (another writer
+    got there first)."""
+    cancels: tuple[tuple[str, str], ...] = ()
+    """``(turn id, reason)``: cancel requests, stored before anything acts on them so
+    that a turn lost to a crash is finished as cancelled, not replayed. A turn keeps
+    the first request it got."""
+    reset_through: int | None = None
+    """Mark a reset pending: the turns up to this sequence number are to be archived."""
+    archive: bool = False
+    """Carry out the pending reset: move the transcript, the steps and the turns up to
+    ``reset_through`` into the archive under the current generation, then start the
+    next generation with status ``new``."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -85,6 +97,25 @@ class StoredSession:
     status: SessionStatus = "new"
     transcript: list[Message] = field(default_factory=list)
     turns: dict[str, TurnRecord] = field(default_factory=dict)
+    cancels: dict[str, str] = field(default_factory=dict)
+    """Stored cancel requests of turns, by turn id: the reason."""
+    generation: int = 0
+    """How many resets this session went through; the live tables hold this one."""
+    reset_through: int | None = None
+    """Set while a reset is pending: it archives the turns up to this sequence number."""
+    retired: set[str] = field(default_factory=set)
+    """Ids of turns a reset archived: a redelivery of one is not a new turn."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Archive:
+    """One generation of a session, as a reset archived it."""
+
+    generation: int
+    transcript: list[Message]
+    turns: dict[str, TurnRecord]
+    steps: dict[str, dict[str, JsonValue]]
+    """Step memos by turn id, then step id."""
 
 
 class StoreHandle(Protocol):
@@ -135,6 +166,14 @@ class SessionStore(Protocol):
 
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         """Every turn parked for a person's answer."""
+        ...
+
+    async def pending_resets(self) -> list[SessionKey]:
+        """Every session with a reset that was asked for and not yet carried out."""
+        ...
+
+    async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
+        """Read one archived generation of a session (None when there is none)."""
         ...
 
 

@@ -117,6 +117,10 @@ class AgentRuntime:
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
+        for key in await self.store.pending_resets():
+            if key.agent in self._agents:
+                # asked for before the process stopped: its turns were cancelled, not archived
+                await self.session(key.agent, key.session_id).recover_reset()
         for key, record in await self.store.suspended_turns():
             parked = record.result
             if key.agent not in self._agents or not isinstance(parked, Suspended):

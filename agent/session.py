@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from agent._replay import fold_turn
-from agent._turn import TurnRun, apply_commit, opening_commit
+from agent._turn import CANCELLED_CALL, TurnRun, apply_commit, ending_commit, opening_commit
 from agent.errors import (
+    ConflictError,
     ResumeConflictError,
     RuntimeClosedError,
     SessionSuspendedError,
@@ -26,6 +27,7 @@ from agent.errors import (
 )
 from agent.events import (
     TERMINAL_EVENT_TYPES,
+    TurnCancelled,
     TurnEvent,
     TurnFailed,
 )
@@ -39,13 +41,22 @@ from agent.hitl import (
     is_answerer,
 )
 from agent.messages import JsonValue
-from agent.ports import Commit, SessionKey, SessionStatus, StoredSession, StoredStep
+from agent.ports import (
+    Archive,
+    Commit,
+    SessionKey,
+    SessionStatus,
+    StoredMessage,
+    StoredSession,
+    StoredStep,
+)
 from agent.tools import describe_error
 from agent.turns import (
     TURN_STATUSES_UNFINISHED,
     Cancelled,
     Completed,
     Failed,
+    SessionReset,
     Suspended,
     TurnInput,
     TurnRecord,
@@ -83,9 +94,11 @@ class AgentSession:
         self._waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
         self._observers: list[tuple[str | None, Observer]] = []
         self._halted: str | None = None
+        """Why this session stopped running turns until the next start, if it did."""
         self._has_swept = False
         """Whether unfinished turns of the loaded state were queued (once per load)."""
-        """Why this session stopped running turns until the next start, if it did."""
+        self._running: TurnRun | None = None
+        self._reset_done: asyncio.Future[SessionReset] | None = None
 
     async def _loaded(self) -> StoredSession:
         # read once, then kept current by the turns themselves: no step rereads history
@@ -122,22 +135,28 @@ class AgentSession:
         """Every turn of the session, in admission order."""
         return sorted((await self._loaded()).turns.values(), key=lambda t: t.seq)
 
-    async def start(self, input: str | TurnInput, *, turn_id: str | None = None) -> str:
+    async def start(
+        self, input: str | TurnInput, *, turn_id: str | None = None, replace: bool = False
+    ) -> str:
         """Admit a turn durably and return its id without waiting for it to run.
 
         Starting with a ``turn_id`` the session already has replays that turn
         instead of opening a second one: a finished turn is left as it is, an
         unfinished one resumes from its last checkpoint. So a redelivered event
-        (a Slack retry) is idempotent.
+        (a Slack retry) is idempotent, even a replacing one.
 
         Args:
             input: The opening text, or a `TurnInput`.
             turn_id: A caller-chosen id (for example the Slack event id).
+            replace: Cancel every unfinished turn of the session, running or queued,
+                with reason ``replaced``, in the transaction that admits this one. A
+                turn parked for a person's answer is never cancelled this way.
 
         Returns:
             The turn's id.
 
         Raises:
+            SessionSuspendedError: The session waits for a person's answer.
             StoreError: The store failed, or an earlier store failure halted this
                 session until the runtime starts again.
             RuntimeClosedError: The runtime was closed.
@@ -154,6 +173,8 @@ class AgentSession:
                 # a redelivery: replays an unfinished turn, leaves a parked one parked
                 self._enqueue_unfinished(known)
                 return turn_id
+            if turn_id in state.retired:
+                return turn_id  # a redelivery of a turn a reset archived: nothing to run
             if state.status == "suspended":
                 state = await self._reread()  # another process may have resumed it
                 if state.status == "suspended":
@@ -163,19 +184,174 @@ class AgentSession:
                 for record in sorted(state.turns.values(), key=lambda t: t.seq):
                     self._enqueue_unfinished(record)
                 self._has_swept = True
+            plan = _CancelPlan()
+            if replace:
+                plan = self._plan_cancel(state, _unfinished(state), "replaced")
             seq = max((t.seq for t in state.turns.values()), default=0) + 1
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
-            if self._worker is None and not self._queue:
+            ahead = [q for q in self._queue if q not in plan.ended_ids]
+            if (
+                self._worker is None
+                and not ahead
+                and not plan.cancels
+                and state.reset_through is None
+            ):
                 # nothing ahead of it: open it at admission, one transaction fewer
-                record, commit = opening_commit(record, len(state.transcript))
+                record, opening = opening_commit(record, len(state.transcript))
+                commit = plan.commit(opening)
             else:
-                commit = Commit(turn=record)
+                commit = plan.commit(Commit(turns=(record,)))
             caller_left = await self._commit_through(commit)
             apply_commit(state, commit)
+            self._after_cancel(plan)
             self._enqueue(turn_id)
             if caller_left:
                 raise asyncio.CancelledError  # admitted all the same: it runs
         return turn_id
+
+    # -- cancel and reset -------------------------------------------------------
+
+    async def cancel(self, turn_id: str, reason: str = "requested") -> bool:
+        """Cancel a turn: it stops at its next checkpoint boundary and ends ``cancelled``.
+
+        The request is stored before anything acts on it, so a turn lost to a crash
+        is finished as cancelled by the next start, not replayed to completion. What
+        committed stays; calls of the newest batch that had not run get a closing
+        ``{"cancelled": true}`` result. A queued turn ends at once without opening; a
+        parked turn ends at once, its request withdrawn. A turn whose final reply is
+        already being recorded completes anyway.
+
+        Args:
+            turn_id: The turn to cancel.
+            reason: Carried on ``turn.cancelled`` and the turn's result.
+
+        Returns:
+            False when the turn had already ended; True otherwise.
+
+        Raises:
+            UnknownTurnError: The session has no such turn.
+        """
+        self._runtime.check_open()
+        async with self._admit_lock:
+            state = await self._loaded()
+            record = state.turns.get(turn_id)
+            if record is None:
+                raise UnknownTurnError(self._no_turn(state, turn_id))
+            if record.status == "suspended":
+                state = await self._reread()
+                record = state.turns[turn_id]
+            if record.status not in {*TURN_STATUSES_UNFINISHED, "suspended"}:
+                return False
+            self._refuse_if_halted()
+            plan = self._plan_cancel(state, [record], reason)
+            await self._apply_cancel(state, plan, Commit())
+            return True
+
+    async def reset(self) -> SessionReset:
+        """Start the session afresh; its history goes to the archive, still readable.
+
+        Unfinished turns are cancelled (reason ``reset``), a parked one included; then,
+        in order on the session's turn chain, the transcript, steps and turns are
+        archived under the current generation and the status goes back to ``new``.
+        While the reset is pending, `resume` refuses and new turns queue behind it.
+        A reset asked for before a crash is carried out by the next start.
+
+        Returns:
+            The archived address (``<session>#g<n>``) and the new generation.
+        """
+        self._runtime.check_open()
+        async with self._admit_lock:
+            state = await self._reread()
+            self._refuse_if_halted()
+            if state.reset_through is None:
+                through = max((t.seq for t in state.turns.values()), default=0)
+                doomed = [
+                    t
+                    for t in sorted(state.turns.values(), key=lambda t: t.seq)
+                    if t.status in TURN_STATUSES_UNFINISHED or t.status == "suspended"
+                ]
+                plan = self._plan_cancel(state, doomed, "reset")
+                await self._apply_cancel(state, plan, Commit(reset_through=through))
+            done = self._reset_future()
+            self._start_worker()
+        return await asyncio.shield(done)
+
+    async def archived(self, generation: int) -> Archive | None:
+        """The history a reset archived as ``generation`` (None if there is no such one)."""
+        return await self._runtime.store.load_archive(self.key, generation)
+
+    def _reset_future(self) -> asyncio.Future[SessionReset]:
+        if self._reset_done is None or self._reset_done.done():
+            self._reset_done = asyncio.get_running_loop().create_future()
+        return self._reset_done
+
+    def _plan_cancel(
+        self, state: StoredSession, records: list[TurnRecord], reason: str
+    ) -> _CancelPlan:
+        """How to cancel ``records``: end some now, ask the others to stop at a boundary."""
+        plan = _CancelPlan()
+        for record in records:
+            turn_id = record.turn_id
+            if record.status == "suspended":
+                # nobody runs it: withdraw the request and close the call that asked
+                ended = Cancelled(turn_id=turn_id, reason=reason)
+                closing = ending_commit(state, record, ended, CANCELLED_CALL)
+                plan.end(record, ended, closing)
+            elif (
+                record.status == "queued"
+                and record.opening_index is None
+                and turn_id != self._active
+            ):
+                # not begun: it ends without ever opening
+                ended = Cancelled(turn_id=turn_id, reason=reason)
+                plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
+            elif record.status in TURN_STATUSES_UNFINISHED and turn_id not in state.cancels:
+                plan.cancels.append((turn_id, reason))
+        return plan
+
+    async def _apply_cancel(self, state: StoredSession, plan: _CancelPlan, base: Commit) -> None:
+        commit = plan.commit(base)
+        try:
+            caller_left = await self._commit_through(commit)
+        except StoreConflictError:
+            await self._reread()  # another process answered the parked turn first
+            raise ConflictError(
+                f"{self.key}: a turn changed under the cancel (another process moved it); try again"
+            ) from None
+        apply_commit(state, commit)
+        self._after_cancel(plan)
+        if caller_left:
+            raise asyncio.CancelledError
+
+    def _after_cancel(self, plan: _CancelPlan) -> None:
+        """Tell everyone about turns a committed plan ended, and stop the running one."""
+        for result in plan.ended:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(result.turn_id)
+            self._runtime.cancel_expiry(self.key, result.turn_id)
+            self._emit(
+                TurnCancelled(
+                    agent=self.key.agent,
+                    session=self.key.session_id,
+                    turn_id=result.turn_id,
+                    seq=1,
+                    reason=result.reason,
+                )
+            )
+            for waiter in self._waiters.pop(result.turn_id, []):
+                if not waiter.done():
+                    waiter.set_result(result)
+        running = self._running
+        if running is not None and any(turn_id == running.turn_id for turn_id, _ in plan.cancels):
+            running.interrupt()
+        if plan.ended and self._queue:
+            with contextlib.suppress(RuntimeClosedError):
+                self._start_worker()  # a withdrawn park no longer holds the turns behind it
+
+    def _no_turn(self, state: StoredSession, turn_id: str) -> str:
+        if turn_id in state.retired:
+            return f"{self.key}: turn {turn_id} was archived by a reset"
+        return f"{self.key}: no turn {turn_id}"
 
     async def _commit_through(self, commit: Commit) -> bool:
         """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
@@ -270,6 +446,10 @@ class AgentSession:
         self._runtime.check_open()
         async with self._admit_lock:
             state = await self._loaded()
+            if state.reset_through is not None:
+                raise ResumeConflictError(
+                    f"{self.key} is being reset; its requests are withdrawn and archived"
+                )
             try:
                 request = await self._waiting_request(state, turn_id, input_id, by, granted)
             except ResumeConflictError:
@@ -289,7 +469,11 @@ class AgentSession:
         async with self._admit_lock:
             state = await self._loaded()
             parked = _parked_in(state)
-            if parked is None or (parked.turn_id, parked.request.id) != (turn_id, input_id):
+            if (
+                state.reset_through is not None
+                or parked is None
+                or (parked.turn_id, parked.request.id) != (turn_id, input_id)
+            ):
                 return False
             expires_at = parked.request.expires_at
             if expires_at is None:
@@ -364,9 +548,9 @@ class AgentSession:
         kept = {**answer, "call": request.call_id, "request": request.as_dict()}
         commit = Commit(
             steps=(StoredStep(answer_step(turn_id, request.id), turn_id, kept),),
-            turn=resumed,
+            turns=(resumed,),
             status="running",
-            expect_status="suspended",  # of two resumes racing, across processes too, one wins
+            expect=((turn_id, "suspended"),),  # of two resumes racing, across processes, one wins
         )
         try:
             caller_left = await self._commit_through(commit)
@@ -400,6 +584,14 @@ class AgentSession:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
             self._enqueue_unfinished(record)
 
+    async def recover_reset(self) -> None:
+        """Carry out a reset that was asked for before the process stopped (start-up)."""
+        async with self._admit_lock:
+            state = await self._loaded()
+            if state.reset_through is not None:
+                _ = self._reset_future()
+                self._start_worker()
+
     def _enqueue_unfinished(self, record: TurnRecord) -> None:
         is_known_here = record.turn_id == self._active or record.turn_id in self._queue
         if record.status in TURN_STATUSES_UNFINISHED and not is_known_here:
@@ -414,7 +606,7 @@ class AgentSession:
         state = await self._loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
+            raise UnknownTurnError(self._no_turn(state, turn_id))
         if record.result is not None and record.status not in TURN_STATUSES_UNFINISHED:
             return record.result
         self._refuse_if_halted()
@@ -422,7 +614,9 @@ class AgentSession:
         self._waiters.setdefault(turn_id, []).append(waiter)
         return await waiter
 
-    async def turn(self, input: str | TurnInput, *, turn_id: str | None = None) -> Completed:
+    async def turn(
+        self, input: str | TurnInput, *, turn_id: str | None = None, replace: bool = False
+    ) -> Completed:
         """Start a turn and wait for its reply; for non-interactive callers.
 
         Raises:
@@ -430,7 +624,7 @@ class AgentSession:
             TurnFailedError: The turn failed.
             TurnCancelledError: The turn was cancelled.
         """
-        turn_id = await self.start(input, turn_id=turn_id)
+        turn_id = await self.start(input, turn_id=turn_id, replace=replace)
         result = await self.result(turn_id)
         if isinstance(result, Completed):
             return result
@@ -469,7 +663,7 @@ class AgentSession:
         state = await self._loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
+            raise UnknownTurnError(self._no_turn(state, turn_id))
         if not replay and record.status not in TURN_STATUSES_UNFINISHED:
             return
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
@@ -501,7 +695,12 @@ class AgentSession:
 
     async def _drain(self) -> None:
         try:
-            while self._queue and self._halted is None and not self._is_parked():
+            while self._halted is None:
+                if self._is_reset_due():
+                    await self._carry_out_reset()
+                    continue
+                if not self._queue or self._is_parked():
+                    break
                 turn_id = self._queue.popleft()
                 self._active = turn_id
                 try:
@@ -510,6 +709,35 @@ class AgentSession:
                     self._active = None
         finally:
             self._worker = None
+
+    def _is_reset_due(self) -> bool:
+        """A reset is pending and every turn it covers has ended."""
+        state = self._state
+        if state is None or state.reset_through is None:
+            return False
+        head = state.turns.get(self._queue[0]) if self._queue else None
+        return head is None or head.seq > state.reset_through
+
+    async def _carry_out_reset(self) -> None:
+        state = self._state
+        assert state is not None
+        archived = state.generation
+        commit = Commit(archive=True)
+        try:
+            await self._runtime.store.commit(self.key, commit)
+        except Exception as exc:
+            self._halt("(reset)", exc)
+            return
+        apply_commit(state, commit)
+        logger.info("%s reset: generation %d archived", self.key, archived)
+        done = self._reset_future()
+        if not done.done():
+            done.set_result(
+                SessionReset(
+                    previous_session=f"{self.key.session_id}#g{archived}",
+                    generation=state.generation,
+                )
+            )
 
     async def _run(self, turn_id: str) -> None:
         state = await self._loaded()
@@ -525,11 +753,14 @@ class AgentSession:
             emit=self._emit,
             clock=self._runtime.clock,
         )
+        self._running = run
         try:
             result = await run.run()
         except Exception as exc:
             self._halt(turn_id, exc)
             return
+        finally:
+            self._running = None
         if isinstance(result, Suspended):
             self._runtime.schedule_expiry(self.key, result)
         for waiter in self._waiters.pop(turn_id, []):
@@ -576,6 +807,9 @@ class AgentSession:
                 if not waiter.done():
                     waiter.set_exception(error_for(turn_id))
         self._waiters.clear()
+        resetting = self._reset_done
+        if resetting is not None and not resetting.done():
+            resetting.set_exception(error_for("(reset)"))
 
     def _emit(self, event: TurnEvent) -> None:
         for wanted, callback in tuple(self._observers):
@@ -585,6 +819,50 @@ class AgentSession:
                 except Exception:
                     logger.exception("an observer of %s failed on %s", self.key, event.type)
         self._runtime.emit(event)
+
+
+class _CancelPlan:
+    """What cancelling some turns writes: turns ended now, and requests to stop."""
+
+    def __init__(self) -> None:
+        self.ended: list[Cancelled] = []
+        self.ended_ids: set[str] = set()
+        self.cancels: list[tuple[str, str]] = []
+        self._records: list[TurnRecord] = []
+        self._messages: list[StoredMessage] = []
+        self._steps: list[StoredStep] = []
+        self._expect: list[tuple[str, str]] = []
+        self._status: SessionStatus | None = None
+
+    def end(self, record: TurnRecord, result: Cancelled, closing: Commit) -> None:
+        self.ended.append(result)
+        self.ended_ids.add(record.turn_id)
+        self._records.extend(closing.turns)
+        self._messages.extend(closing.messages)
+        self._steps.extend(closing.steps)
+        self._expect.append((record.turn_id, record.status))
+        self._status = closing.status or self._status
+
+    def commit(self, base: Commit) -> Commit:
+        """``base`` with this plan's writes in the same transaction."""
+        # only a parked turn's closing writes messages, and nothing opens beside a park
+        assert not (self._messages and base.messages)
+        return dataclasses.replace(
+            base,
+            messages=(*self._messages, *base.messages),
+            steps=(*self._steps, *base.steps),
+            turns=(*self._records, *base.turns),
+            expect=(*self._expect, *base.expect),
+            cancels=(*self.cancels, *base.cancels),
+            status=base.status or self._status,
+        )
+
+
+def _unfinished(state: StoredSession) -> list[TurnRecord]:
+    return sorted(
+        (t for t in state.turns.values() if t.status in TURN_STATUSES_UNFINISHED),
+        key=lambda t: t.seq,
+    )
 
 
 def _parked_in(state: StoredSession) -> Suspended | None:

@@ -15,6 +15,7 @@ __all__ = [
     "Cancelled",
     "Completed",
     "Failed",
+    "SessionReset",
     "Suspended",
     "TurnInput",
     "TurnRecord",
@@ -106,6 +107,16 @@ class TurnRecord:
     """Set once the turn reached a terminal status (or parked)."""
     resumes: int = 0
     """How many answers resumed it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionReset:
+    """What a reset did: where the old history went, and the generation now live."""
+
+    previous_session: str
+    """The archived generation's address, ``<session id>#g<n>``."""
+    generation: int
+    """The new generation's number (one more than the archived one)."""
 
 
 TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)

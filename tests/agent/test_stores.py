@@ -44,20 +44,25 @@ async def test_reopening_keeps_data_and_does_not_migrate_twice(tmp_path):
     assert loaded.status == "idle"
 
 
-async def test_a_database_of_an_older_schema_is_migrated_forward(tmp_path):
+async def test_a_database_of_the_first_schema_is_migrated_forward_keeping_its_rows(tmp_path):
     path = tmp_path / "s.db"
-    await (await SQLiteStore.open(path)).close()
     conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX turns_suspended")  # as version 1 left it
-    conn.execute("UPDATE schema_version SET version = 1")
+    conn.executescript(MIGRATIONS[0])  # as the first release left it
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (1)")
+    conn.execute("INSERT INTO sessions (agent, session_id, status) VALUES ('a', 's1', 'idle')")
     conn.commit()
     conn.close()
 
-    await (await SQLiteStore.open(path)).close()
+    store = await SQLiteStore.open(path)
+    loaded = await store.load(KEY)
+    await store.close()
+    assert loaded.status == "idle"
+    assert loaded.generation == 0
     conn = sqlite3.connect(path)
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert "turns_suspended" in indexes
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert {"turns_suspended", "sessions_resetting"} <= indexes
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(len(MIGRATIONS),)]
     conn.close()
 
 
@@ -87,12 +92,12 @@ async def test_turn_records_upsert_and_unfinished_are_listed_in_order(store):
     def record(turn_id, seq, status):
         return TurnRecord(turn_id=turn_id, seq=seq, status=status, input=TurnInput(text="x"))
 
-    await store.commit(KEY, Commit(turn=record("t2", 2, "queued")))
-    await store.commit(KEY, Commit(turn=record("t1", 1, "running")))
-    await store.commit(SessionKey("a", "s0"), Commit(turn=record("t9", 1, "completed")))
+    await store.commit(KEY, Commit(turns=(record("t2", 2, "queued"),)))
+    await store.commit(KEY, Commit(turns=(record("t1", 1, "running"),)))
+    await store.commit(SessionKey("a", "s0"), Commit(turns=(record("t9", 1, "completed"),)))
     assert [(k, r.turn_id) for k, r in await store.unfinished_turns()] == [(KEY, "t1"), (KEY, "t2")]
 
-    await store.commit(KEY, Commit(turn=record("t1", 1, "completed")))
+    await store.commit(KEY, Commit(turns=(record("t1", 1, "completed"),)))
     assert [r.turn_id for _, r in await store.unfinished_turns()] == ["t2"]
     assert (await store.load(KEY)).turns["t1"].status == "completed"
 
