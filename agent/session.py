@@ -201,6 +201,7 @@ class AgentSession:
                 commit = plan.commit(opening)
             else:
                 commit = plan.commit(Commit(turns=(record,)))
+            self._stop_at_next_boundary(state, plan)
             caller_left = await self._commit_through(commit)
             apply_commit(state, commit)
             self._after_cancel(plan)
@@ -311,6 +312,7 @@ class AgentSession:
 
     async def _apply_cancel(self, state: StoredSession, plan: _CancelPlan, base: Commit) -> None:
         commit = plan.commit(base)
+        self._stop_at_next_boundary(state, plan)
         try:
             caller_left = await self._commit_through(commit)
         except StoreConflictError:
@@ -323,8 +325,21 @@ class AgentSession:
         if caller_left:
             raise asyncio.CancelledError
 
+    def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> None:
+        """Let the turns asked to stop see it at their very next boundary.
+
+        The request's write is queued on the store's single connection before the
+        turn's own ending can be, so on disk the request still comes first; a turn
+        that stops before the write lands only ends by a commit that records it.
+        """
+        for turn_id, reason in plan.cancels:
+            state.cancels.setdefault(turn_id, reason)
+        running = self._running
+        if running is not None and any(turn_id == running.turn_id for turn_id, _ in plan.cancels):
+            running.interrupt()
+
     def _after_cancel(self, plan: _CancelPlan) -> None:
-        """Tell everyone about turns a committed plan ended, and stop the running one."""
+        """Tell everyone about turns a committed plan ended."""
         for result in plan.ended:
             with contextlib.suppress(ValueError):
                 self._queue.remove(result.turn_id)
@@ -341,9 +356,6 @@ class AgentSession:
             for waiter in self._waiters.pop(result.turn_id, []):
                 if not waiter.done():
                     waiter.set_result(result)
-        running = self._running
-        if running is not None and any(turn_id == running.turn_id for turn_id, _ in plan.cancels):
-            running.interrupt()
         if plan.ended and self._queue:
             with contextlib.suppress(RuntimeClosedError):
                 self._start_worker()  # a withdrawn park no longer holds the turns behind it

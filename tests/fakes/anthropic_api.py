@@ -637,7 +637,8 @@ class FakeAnthropic:
     ``requests`` and ``request_headers`` hold every POST /v1/messages (refused
     ones too), ``count_requests`` every count_tokens body, ``usages`` the usage of
     each answered request. ``hung`` is set when a Hang starts waiting; it stays
-    set, so clear it before waiting for a second one.
+    set, so clear it before waiting for a second one. ``abandoned`` counts the
+    hung streams whose client closed the connection (an aborted request).
     """
 
     def __init__(
@@ -648,6 +649,7 @@ class FakeAnthropic:
         self.count_requests: list[Json] = []
         self.usages: list[dict[str, int]] = []
         self.hung = asyncio.Event()
+        self.abandoned = 0
         self._script = script
         self._api_key = api_key
         self._queue: collections.deque[Response] = collections.deque()
@@ -763,8 +765,8 @@ class FakeAnthropic:
         reply = response if isinstance(response, Reply) else response.reply
         payload = json.dumps(_message(reply, model, usage, whole=True)).encode()
         if isinstance(response, Hang):
-            with contextlib.suppress(_ServerClosing):
-                await self._hang(response)
+            with contextlib.suppress(_ServerClosing, ConnectionResetError):
+                await self._hang(response, request)
         if not isinstance(response, Cut):
             answer = web.Response(body=payload, content_type="application/json")
             answer.headers["request-id"] = _new_id("req")
@@ -806,7 +808,7 @@ class FakeAnthropic:
             error = _error_body(response.error_type, f"{response.error_type} (fake, mid-stream)")
             await out.write(_sse(("error", error)))
         elif isinstance(response, Hang):
-            await self._hang(response)
+            await self._hang(response, request)
             await self._send(out, rest, response.reply.delay, pause_first=True)
 
     async def _send(
@@ -828,9 +830,10 @@ class FakeAnthropic:
         if self._closing.is_set():
             raise _ServerClosing
 
-    async def _hang(self, hang: Hang) -> None:
+    async def _hang(self, hang: Hang, request: web.Request) -> None:
         self.hung.set()
-        waits = [asyncio.ensure_future(self._closing.wait())]
+        gone = asyncio.ensure_future(_client_gone(request))
+        waits = [asyncio.ensure_future(self._closing.wait()), gone]
         if hang.release is not None:
             waits.append(asyncio.ensure_future(hang.release.wait()))
         try:
@@ -841,6 +844,16 @@ class FakeAnthropic:
             await asyncio.gather(*waits, return_exceptions=True)
         if self._closing.is_set():
             raise _ServerClosing
+        if gone.done() and not gone.cancelled():
+            self.abandoned += 1
+            raise ConnectionResetError("the client closed the connection mid-stream")
+
+
+async def _client_gone(request: web.Request) -> None:
+    """Return once the client has closed its connection (aiohttp drops the transport)."""
+    # aiohttp offers no event for a peer that went away; its transport is all there is
+    while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
 
 
 def _fault_response(fault: Fault) -> web.Response:
