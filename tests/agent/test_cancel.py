@@ -76,6 +76,22 @@ class Gates:
         return tool(run)
 
 
+@tool
+async def post(ctx: ToolContext) -> dict[str, Any]:
+    """Post once someone approves."""
+    return {"posted": await ctx.request_input(id="ok", prompt="Post?", ttl=3600)}
+
+
+def held(release: asyncio.Event, text: str = "done") -> ScriptedModel:
+    """A model that answers only once ``release`` is set."""
+
+    async def script(request: ModelRequest) -> Any:
+        await release.wait()
+        return reply(text)
+
+    return ScriptedModel(script)
+
+
 def batch_then_done(*names: str) -> Callable[[ModelRequest], Any]:
     """The first reply of a turn calls ``names`` as one batch; the next one answers."""
 
@@ -282,12 +298,6 @@ async def test_a_cancelled_batch_is_accepted_by_the_messages_api_on_the_next_tur
 
 
 async def test_a_parked_turn_can_be_cancelled_and_its_request_is_withdrawn(store):
-    @tool
-    async def post(ctx: ToolContext) -> dict[str, Any]:
-        """Post once someone approves."""
-        approved = await ctx.request_input(id="ok", prompt="Post?", ttl=3600)
-        return {"posted": approved}
-
     model = ScriptedModel(batch_then_done("post"))
     runtime = await runtime_with(store, model, [post])
     session = runtime.session("a", "s1")
@@ -325,13 +335,7 @@ async def test_cancel_says_whether_there_was_anything_to_cancel(store):
 
 
 async def test_turn_raises_when_its_turn_is_cancelled(store):
-    release = asyncio.Event()
-
-    async def slow(request: ModelRequest) -> Any:
-        await release.wait()
-        return reply("late")
-
-    runtime = await runtime_with(store, ScriptedModel(slow))
+    runtime = await runtime_with(store, held(asyncio.Event()))
     session = runtime.session("a", "s1")
     waiting = asyncio.ensure_future(session.turn("hello", turn_id="t1"))
     await asyncio.sleep(0.05)
@@ -385,12 +389,7 @@ async def test_replace_cancels_the_running_and_the_queued_turns_then_runs_the_ne
 
 async def test_a_redelivered_replacing_turn_does_not_cancel_itself(store):
     release = asyncio.Event()
-
-    async def script(request: ModelRequest) -> Any:
-        await release.wait()
-        return reply("done")
-
-    runtime = await runtime_with(store, ScriptedModel(script))
+    runtime = await runtime_with(store, held(release))
     session = runtime.session("a", "s1")
     await session.start("hi", turn_id="ev1", replace=True)
     await asyncio.sleep(0.02)
@@ -402,11 +401,6 @@ async def test_a_redelivered_replacing_turn_does_not_cancel_itself(store):
 
 
 async def test_replace_leaves_a_parked_approval_alone(store):
-    @tool
-    async def post(ctx: ToolContext) -> dict[str, Any]:
-        """Post once someone approves."""
-        return {"posted": await ctx.request_input(id="ok", prompt="Post?")}
-
     runtime = await runtime_with(store, ScriptedModel(batch_then_done("post")), [post])
     session = runtime.session("a", "s1")
     parked = await session.start(TurnInput(text="post", user="U1", event=SPEAKER))
@@ -428,11 +422,6 @@ async def test_replace_leaves_a_parked_approval_alone(store):
 async def test_reset_archives_the_history_with_a_parked_approval_and_starts_afresh(
     sqlite_store: SQLiteStore,
 ):
-    @tool
-    async def post(ctx: ToolContext) -> dict[str, Any]:
-        """Post once someone approves."""
-        return {"posted": await ctx.request_input(id="ok", prompt="Post?", ttl=3600)}
-
     def script(request: ModelRequest) -> Any:
         last = request.messages[-1]
         if isinstance(last, UserMessage) and last.text == "post":
