@@ -53,6 +53,7 @@ from agent import (
 )
 from agent.messages import JsonValue
 from agent.testing import ScriptedModel, call, reply
+from tests.agent.child_log import append_line
 
 AGENT = "worker"
 SESSION = "s-cancel-crash"
@@ -66,14 +67,6 @@ BLOCKING_PHASES = ("cancel-running", "cancel-queued")
 PHASES = (*BLOCKING_PHASES, "recover")
 LINGER_SECONDS = 120.0  # the parent kills us long before; this only bounds an orphan
 WAIT_SECONDS = 20.0  # every other wait in this process is bounded, under the parent's deadline
-
-
-def append_line(path: str, line: str) -> None:
-    # fsynced, so the line outlives a SIGKILL that lands right after it
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 class Child:

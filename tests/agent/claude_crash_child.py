@@ -40,6 +40,7 @@ from agent import (
     TurnEvent,
     tool,
 )
+from tests.agent.child_log import append_line
 
 AGENT = "claude-crash"
 SESSION = "s-claude-crash"
@@ -59,11 +60,7 @@ def record_run_tool(log_path: str) -> Tool:
 
     def record_run(note: str) -> dict[str, str]:
         """Write a note to the run log."""
-        # fsynced, so the line outlives a SIGKILL that lands right after the call
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(f"{note} pid={os.getpid()}\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(log_path, f"{note} pid={os.getpid()}")
         return {"noted": note}
 
     return tool(record_run)

@@ -38,6 +38,7 @@ from agent import (
     tool,
 )
 from agent.testing import ScriptedModel, call, reply
+from tests.agent.child_log import append_line
 
 AGENT = "shop"
 SESSION = "s-crash"
@@ -65,10 +66,7 @@ class Child:
         self.streaming_step: str | None = None
 
     def log(self, *fields: str) -> None:
-        with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(" ".join(fields) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.log_path, " ".join(fields))
 
     def freeze(self) -> None:
         """Announce the kill point and stop everything (the event loop included)."""

@@ -57,6 +57,7 @@ from agent.errors import ResumeAuthorizationError
 from agent.hitl import EXPIRED, InboundEvent, InputRequest
 from agent.messages import JsonValue
 from agent.testing import ScriptedModel, call, reply
+from tests.agent.child_log import append_line
 
 AGENT = "announcer"
 SESSION = "s-hitl-crash"
@@ -81,14 +82,6 @@ def final_text(result: JsonValue) -> str:
     if isinstance(result, dict) and result.get("expired") is True:
         return EXPIRED_TEXT
     raise AssertionError(f"unexpected tool result {result!r}")
-
-
-def append_line(path: str, line: str) -> None:
-    # fsynced, so the line outlives a SIGKILL that lands right after it
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def script(request: ModelRequest) -> ModelReply:

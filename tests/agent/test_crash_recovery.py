@@ -11,13 +11,7 @@ check the transcript, the tools' side effects and what the model was asked.
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
@@ -28,11 +22,10 @@ from typing import Any
 import pytest
 
 from tests.agent import crash_child as child
+from tests.agent.child_process import ChildProcess, start_children
 from tests.agent.helpers import read_only
 
 CHILD = Path(__file__).with_name("crash_child.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_SECONDS = 30.0
 
 MODEL_STEPS = frozenset({"model:1", "model:3", "model:7"})
 TOOL_STEPS = {"c1": "tool:1:c1", "c2": "tool:3:c2", "c3": "tool:3:c3", "c4": "tool:3:c4"}
@@ -81,35 +74,6 @@ class Phase:
         return [(fields[2], fields[3]) for fields in self.log if fields[0] == "remote"]
 
 
-def _read_lines(proc: subprocess.Popen[bytes], *, until: str | None) -> list[str]:
-    """Read the child's stdout, line by line, until a line starts with ``until`` or EOF."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    lines: list[str] = []
-    buffer = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                pytest.fail(f"the child said nothing conclusive in {DEADLINE_SECONDS}s: {lines}")
-            if not selector.select(timeout=left):
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                if buffer:
-                    lines.append(buffer.decode())
-                return lines
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            for raw in complete:
-                line = raw.decode()
-                lines.append(line)
-                if until is not None and line.startswith(until):
-                    return lines
-
-
 def _committed_steps(db: Path) -> set[str]:
     return {str(step) for (step,) in read_only(db, "select step_id from steps")}
 
@@ -117,40 +81,19 @@ def _committed_steps(db: Path) -> set[str]:
 def _run_phase(tmp_path: Path, number: int, kill_point: str | None) -> Phase:
     db = tmp_path / "sessions.db"
     log = tmp_path / f"phase{number}.log"
-    stderr = tmp_path / f"phase{number}.err"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    argv = [
-        sys.executable,
-        str(CHILD),
-        str(db),
-        str(log),
-        "start" if number == 1 else "recover",
-        kill_point or "none",
-    ]
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env, cwd=tmp_path)
-    try:
-        with proc:
-            marker = f"KILL-ME {kill_point}" if kill_point else None
-            lines = _read_lines(proc, until=marker or "RESULT ")
-            if kill_point is not None:
-                assert lines[-1:] == [marker], (
-                    f"phase {number} never reached {kill_point}: {lines}\n{stderr.read_text()}"
-                )
-                os.kill(proc.pid, signal.SIGKILL)
-                assert proc.wait(timeout=DEADLINE_SECONDS) == -signal.SIGKILL
-                result = None
-            else:
-                lines += _read_lines(proc, until=None)
-                code = proc.wait(timeout=DEADLINE_SECONDS)
-                assert code == 0, f"phase {number} exited {code}: {lines}\n{stderr.read_text()}"
-                results = [line for line in lines if line.startswith("RESULT ")]
-                assert len(results) == 1, lines
-                result = json.loads(results[0].removeprefix("RESULT "))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    argv = [db, log, "start" if number == 1 else "recover", kill_point or "none"]
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        process = start(f"phase{number}", argv)
+        if kill_point is not None:
+            # the marker line, all of it: the child froze right after printing it
+            assert process.wait_for(f"KILL-ME {kill_point}") == "", process.explain()
+            process.kill()
+            result = None
+        else:
+            process.finish()
+            results = process.printed("RESULT ")
+            assert len(results) == 1, process.explain()
+            result = json.loads(results[0])
     logged = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     if kill_point is None:
         return Phase(kill_point=None, log=logged, committed=set(), result=result)

@@ -21,100 +21,26 @@ Each test goes:
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.agent import hitl_crash_child as child
+from tests.agent.child_process import ChildProcess, start_children
 from tests.agent.helpers import read_only
 
 CHILD = Path(__file__).with_name("hitl_crash_child.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_SECONDS = 30.0
-"""The longest any one wait may take; a test that works takes a second or two in all."""
 TTL_SECONDS = 0.5
 ANSWER_STEP = f"input:{child.TURN_ID}:{child.INPUT_ID}"
 TOOL_STEP = f"tool:1:{child.CALL_ID}"
 
 
-@dataclass
-class Child:
-    """One child process and what it has printed so far."""
-
-    phase: str
-    proc: subprocess.Popen[bytes]
-    stderr: Path
-    lines: list[str] = field(default_factory=list)
-    buffer: bytes = b""
-    is_at_eof: bool = False
-
-    def explain(self) -> str:
-        return f"{self.phase} child printed {self.lines}\nstderr:\n{self.stderr.read_text()}"
-
-    def _read(self, until: str | None) -> str | None:
-        """Take in stdout until a line starts with ``until`` (returned) or, if None, EOF."""
-        assert self.proc.stdout is not None
-        found = [line for line in self.lines if until is not None and line.startswith(until)]
-        if found:
-            return found[0]
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + DEADLINE_SECONDS
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while not self.is_at_eof:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    pytest.fail(f"timed out after {DEADLINE_SECONDS}s\n{self.explain()}")
-                if not selector.select(timeout=left):
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    self.is_at_eof = True
-                    if self.buffer:
-                        self.lines.append(self.buffer.decode())
-                    break
-                self.buffer += chunk
-                *complete, self.buffer = self.buffer.split(b"\n")
-                for raw in complete:
-                    self.lines.append(raw.decode())
-                if until is not None:
-                    found = [line for line in self.lines if line.startswith(until)]
-                    if found:
-                        return found[0]
-        if until is not None:
-            pytest.fail(
-                f"the {self.phase} child ended without printing {until!r}\n{self.explain()}"
-            )
-        return None
-
-    def wait_for(self, prefix: str) -> str:
-        """The first line starting with ``prefix``, without it; waits for it if need be."""
-        line = self._read(until=prefix)
-        assert line is not None
-        return line.removeprefix(prefix)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        assert self.proc.wait(timeout=DEADLINE_SECONDS) == -signal.SIGKILL, self.explain()
-        self._read(until=None)
-
-    def finish(self) -> None:
-        """Read to the end and check the child exited cleanly."""
-        self._read(until=None)
-        code = self.proc.wait(timeout=DEADLINE_SECONDS)
-        assert code == 0, f"exit code {code}\n{self.explain()}"
-
-    def printed(self, prefix: str) -> list[str]:
-        return [line.removeprefix(prefix) for line in self.lines if line.startswith(prefix)]
+class Child(ChildProcess):
+    """A ``hitl_crash_child.py`` process: its one result."""
 
     def result(self) -> dict[str, Any]:
         self.finish()
@@ -129,41 +55,13 @@ Spawn = Callable[..., Child]
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Spawn]:
     """Start children on ``tmp_path``; any still alive at teardown is SIGKILLed and reaped."""
-    started: list[Child] = []
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    with start_children(Child, CHILD, tmp_path) as start:
 
-    def start(phase: str, *, ttl: float | None = None) -> Child:
-        argv = [
-            sys.executable,
-            str(CHILD),
-            str(tmp_path / "sessions.db"),
-            str(tmp_path / "entries.log"),
-            str(tmp_path / "effects.log"),
-            phase,
-            "none" if ttl is None else str(ttl),
-        ]
-        stderr = tmp_path / f"{phase}-{len(started)}.err"
-        with stderr.open("wb") as err:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-                cwd=tmp_path,
-            )
-        started.append(Child(phase=phase, proc=proc, stderr=stderr))
-        return started[-1]
+        def spawn_phase(phase: str, *, ttl: float | None = None) -> Child:
+            paths = [tmp_path / name for name in ("sessions.db", "entries.log", "effects.log")]
+            return start(phase, [*paths, phase, "none" if ttl is None else str(ttl)])
 
-    try:
-        yield start
-    finally:
-        for leftover in started:
-            if leftover.proc.poll() is None:
-                leftover.proc.kill()  # a frozen park child that a failed test never reached
-            leftover.proc.wait(timeout=DEADLINE_SECONDS)
-            assert leftover.proc.stdout is not None
-            leftover.proc.stdout.close()
+        yield spawn_phase
 
 
 @dataclass(frozen=True)
