@@ -104,6 +104,13 @@ class MemoryStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return self._turns_in(frozenset({"suspended"}))
 
+    async def cancelled_parks(self) -> list[SessionKey]:
+        return [
+            key
+            for key, s in self._sessions.items()
+            if any(t.status == "suspended" and t.turn_id in s.cancels for t in s.turns.values())
+        ]
+
     async def pending_resets(self) -> list[SessionKey]:
         return [key for key, s in self._sessions.items() if s.reset_through is not None]
 

@@ -224,6 +224,15 @@ class SQLiteStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return await self._run(_turns_in, "('suspended')")
 
+    async def cancelled_parks(self) -> list[SessionKey]:
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT DISTINCT s.agent, s.session_id FROM turns AS t JOIN sessions AS s"
+                " ON s.id = t.session WHERE t.status = 'suspended' AND t.cancel IS NOT NULL"
+            ).fetchall()
+        )
+        return [SessionKey(agent, session_id) for agent, session_id in rows]
+
     async def pending_resets(self) -> list[SessionKey]:
         rows = await self._run(
             lambda conn: conn.execute(

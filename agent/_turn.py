@@ -267,6 +267,9 @@ class TurnRun:
         )
         record = dataclasses.replace(self._record, status="suspended", result=result)
         await self._commit(Commit(turns=(record,), status="suspended"))
+        if reason := self._cancel_reason():
+            # asked while the park was being written: nobody is to be asked after all
+            return await self._cancel(reason)
         self._emit(InputRequested, request=request.as_dict())
         return result
 

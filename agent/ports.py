@@ -168,6 +168,10 @@ class SessionStore(Protocol):
         """Every turn parked for a person's answer."""
         ...
 
+    async def cancelled_parks(self) -> list[SessionKey]:
+        """Every session parked on a turn whose cancel was stored but not yet carried out."""
+        ...
+
     async def pending_resets(self) -> list[SessionKey]:
         """Every session with a reset that was asked for and not yet carried out."""
         ...

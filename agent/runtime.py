@@ -117,6 +117,10 @@ class AgentRuntime:
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
+        for key in await self.store.cancelled_parks():
+            if key.agent in self._agents:
+                # a cancel asked while the park was being written, lost to a stop
+                await self.session(key.agent, key.session_id).end_cancelled_park()
         for key in await self.store.pending_resets():
             if key.agent in self._agents:
                 # asked for before the process stopped: its turns were cancelled, not archived

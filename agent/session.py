@@ -175,9 +175,9 @@ class AgentSession:
                 return turn_id
             if turn_id in state.retired:
                 return turn_id  # a redelivery of a turn a reset archived: nothing to run
-            if state.status == "suspended":
+            if state.status == "suspended" and not _park_is_ending(state):
                 state = await self._reread()  # another process may have resumed it
-                if state.status == "suspended":
+                if state.status == "suspended" and not _park_is_ending(state):
                     raise self._suspended_error(state)
             if not self._has_swept:
                 # an unfinished turn this process has not picked up yet runs first
@@ -201,10 +201,7 @@ class AgentSession:
                 commit = plan.commit(opening)
             else:
                 commit = plan.commit(Commit(turns=(record,)))
-            self._stop_at_next_boundary(state, plan)
-            caller_left = await self._commit_through(commit)
-            apply_commit(state, commit)
-            self._after_cancel(plan)
+            caller_left = await self._commit_cancel(state, plan, commit)
             self._enqueue(turn_id)
             if caller_left:
                 raise asyncio.CancelledError  # admitted all the same: it runs
@@ -293,16 +290,16 @@ class AgentSession:
         plan = _CancelPlan()
         for record in records:
             turn_id = record.turn_id
-            if record.status == "suspended":
+            if turn_id == self._active:
+                # its run holds it, even while it writes its park: it stops itself
+                if turn_id not in state.cancels:
+                    plan.cancels.append((turn_id, reason))
+            elif record.status == "suspended":
                 # nobody runs it: withdraw the request and close the call that asked
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 closing = ending_commit(state, record, ended, CANCELLED_CALL)
                 plan.end(record, ended, closing)
-            elif (
-                record.status == "queued"
-                and record.opening_index is None
-                and turn_id != self._active
-            ):
+            elif record.status == "queued" and record.opening_index is None:
                 # not begun: it ends without ever opening
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
@@ -311,19 +308,40 @@ class AgentSession:
         return plan
 
     async def _apply_cancel(self, state: StoredSession, plan: _CancelPlan, base: Commit) -> None:
-        commit = plan.commit(base)
+        if await self._commit_cancel(state, plan, plan.commit(base)):
+            raise asyncio.CancelledError
+
+    async def _commit_cancel(self, state: StoredSession, plan: _CancelPlan, commit: Commit) -> bool:
+        """Write a cancel plan (with whatever else ``commit`` holds) and act on it.
+
+        Returns:
+            Whether the caller was cancelled while it waited (re-raise after).
+
+        Raises:
+            ConflictError: Another process moved one of the turns first.
+        """
+        # the worker must not pick up a turn that this write ends, while it is in flight
+        withdrawn = [t for t in self._queue if t in plan.ended_ids]
+        for turn_id in withdrawn:
+            self._queue.remove(turn_id)
         self._stop_at_next_boundary(state, plan)
         try:
             caller_left = await self._commit_through(commit)
-        except StoreConflictError:
-            await self._reread()  # another process answered the parked turn first
-            raise ConflictError(
-                f"{self.key}: a turn changed under the cancel (another process moved it); try again"
-            ) from None
+        except BaseException as exc:
+            self._queue.extendleft(reversed(withdrawn))  # not ended after all
+            if withdrawn:
+                with contextlib.suppress(RuntimeClosedError):
+                    self._start_worker()
+            if isinstance(exc, StoreConflictError):
+                await self._reread()  # another process answered the parked turn first
+                raise ConflictError(
+                    f"{self.key}: a turn changed under the cancel (another process moved it); "
+                    "try again"
+                ) from None
+            raise
         apply_commit(state, commit)
         self._after_cancel(plan)
-        if caller_left:
-            raise asyncio.CancelledError
+        return caller_left
 
     def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> None:
         """Let the turns asked to stop see it at their very next boundary.
@@ -341,8 +359,6 @@ class AgentSession:
     def _after_cancel(self, plan: _CancelPlan) -> None:
         """Tell everyone about turns a committed plan ended."""
         for result in plan.ended:
-            with contextlib.suppress(ValueError):
-                self._queue.remove(result.turn_id)
             self._runtime.cancel_expiry(self.key, result.turn_id)
             self._emit(
                 TurnCancelled(
@@ -513,6 +529,8 @@ class AgentSession:
             raise ResumeConflictError(f"{self.key}: no turn {turn_id}")
         if record.status != "suspended" or not isinstance(record.result, Suspended):
             raise await self._not_waiting(turn_id, input_id, by, granted)
+        if turn_id in state.cancels:
+            raise ResumeConflictError(f"{self.key}: turn {turn_id} is being cancelled")
         request = record.result.request
         if request.id != input_id:
             if not is_answerer(turn_id, request, by=by, granted=granted):
@@ -595,6 +613,18 @@ class AgentSession:
             if record is None:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
             self._enqueue_unfinished(record)
+
+    async def end_cancelled_park(self) -> None:
+        """End a park whose cancel was stored while it was being written (start-up)."""
+        async with self._admit_lock:
+            state = await self._loaded()
+            parked = _parked_in(state)
+            if parked is None or parked.turn_id == self._active:
+                return
+            reason = state.cancels.get(parked.turn_id)
+            if reason is not None:
+                plan = self._plan_cancel(state, [state.turns[parked.turn_id]], reason)
+                await self._apply_cancel(state, plan, Commit())
 
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
@@ -875,6 +905,12 @@ def _unfinished(state: StoredSession) -> list[TurnRecord]:
         (t for t in state.turns.values() if t.status in TURN_STATUSES_UNFINISHED),
         key=lambda t: t.seq,
     )
+
+
+def _park_is_ending(state: StoredSession) -> bool:
+    """The session's park was cancelled while being written; its run is ending it now."""
+    parked = _parked_in(state)
+    return parked is not None and parked.turn_id in state.cancels
 
 
 def _parked_in(state: StoredSession) -> Suspended | None:

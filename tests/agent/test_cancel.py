@@ -42,7 +42,7 @@ from agent.errors import (
     UnknownTurnError,
 )
 from agent.hitl import InboundEvent
-from agent.ports import SessionKey
+from agent.ports import Commit, SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 
@@ -614,3 +614,27 @@ async def test_a_tool_that_outlasts_the_time_limit_finishes_then_the_turn_ends(s
 def test_a_time_limit_must_be_positive():
     with pytest.raises(ConfigError, match="max_turn_seconds"):
         Agent(name="a", model=ScriptedModel(lambda r: reply("x")), max_turn_seconds=0)
+
+
+async def test_a_park_whose_cancel_was_stored_as_it_was_written_ends_at_the_next_start(
+    sqlite_store: SQLiteStore,
+):
+    model = ScriptedModel(batch_then_done("post"))
+    runtime = await runtime_with(sqlite_store, model, [post])
+    session = runtime.session("a", "s1")
+    parked = await session.start(TurnInput(text="post", user="U1", event=SPEAKER))
+    assert isinstance(await session.result(parked), Suspended)
+    await runtime.close()
+    # what a stop leaves when a cancel lands while the park is being written: the park,
+    # and beside it the stored request that its run did not live to carry out
+    await sqlite_store.commit(KEY, Commit(cancels=((parked, "requested"),)))
+
+    reopened = await runtime_with(sqlite_store, model, [post])
+    again = reopened.session("a", "s1")
+
+    assert await again.result(parked) == Cancelled(turn_id=parked, reason="requested")
+    assert await again.status() == "idle"
+    assert (await sqlite_store.load(KEY)).transcript[-1].result == {"cancelled": True}
+    after = await again.start(TurnInput(text="post again", user="U1", event=SPEAKER))
+    assert isinstance(await again.result(after), Suspended)
+    await reopened.close()
