@@ -239,8 +239,9 @@ class TurnRun:
                 timer.cancel()
 
     async def _run(self) -> TurnResult:
-        if self._record.opening_index is None and (reason := self._cancel_reason()):
-            return await self._cancel(reason)  # before it opened: nothing of it is written
+        if reason := self._cancel_reason():
+            # before it opened (nothing of it is written), or recovered after a cancel
+            return await self._cancel(reason)
         await self._open()
         trigger = "resume" if self._record.resumes else self._record.input.trigger
         self._emit(TurnStarted, trigger=trigger)
@@ -312,7 +313,15 @@ class TurnRun:
     async def _model_step(self, index: int) -> TurnResult | None:
         """Ask the model and commit its reply; a reply with no tool call also ends the turn."""
         step = f"model:{index}"
-        reply = await self._unless_interrupted(self._ask_model(step))
+        while True:
+            try:
+                reply = await self._unless_interrupted(self._ask_model(step))
+                break
+            except _Interrupted:
+                if self._cancel_reason() is not None:
+                    raise
+                self._interrupt.clear()  # the cancel's write failed: it was never asked
+        self._stop_if_cancelled()  # a reply not yet written is dropped for a cancel
         message = AssistantMessage(
             turn_id=self.turn_id,
             content=reply.content,

@@ -215,9 +215,10 @@ class AgentSession:
         The request is stored before anything acts on it, so a turn lost to a crash
         is finished as cancelled by the next start, not replayed to completion. What
         committed stays; calls of the newest batch that had not run get a closing
-        ``{"cancelled": true}`` result. A queued turn ends at once without opening; a
-        parked turn ends at once, its request withdrawn. A turn whose final reply is
-        already being recorded completes anyway.
+        ``{"cancelled": true}`` result. A queued turn that never opened ends at once,
+        writing no message; a parked turn ends at once, its request withdrawn. A turn
+        whose final reply is already being written completes anyway: ``True`` means
+        the request was taken, and `result` tells how the turn ended.
 
         Args:
             turn_id: The turn to cancel.
@@ -261,17 +262,20 @@ class AgentSession:
         async with self._admit_lock:
             state = await self._reread()
             self._refuse_if_halted()
-            if state.reset_through is None:
-                through = max((t.seq for t in state.turns.values()), default=0)
-                doomed = [
-                    t
-                    for t in sorted(state.turns.values(), key=lambda t: t.seq)
-                    if t.status in TURN_STATUSES_UNFINISHED or t.status == "suspended"
-                ]
-                plan = self._plan_cancel(state, doomed, "reset")
-                await self._apply_cancel(state, plan, Commit(reset_through=through))
+            # a reset asked while another is pending extends it over the turns since
+            through = max((t.seq for t in state.turns.values()), default=0)
+            doomed = [
+                t
+                for t in sorted(state.turns.values(), key=lambda t: t.seq)
+                if t.status in TURN_STATUSES_UNFINISHED or t.status == "suspended"
+            ]
+            plan = self._plan_cancel(state, doomed, "reset")
+            commit = plan.commit(Commit(reset_through=through))
+            caller_left = await self._commit_cancel(state, plan, commit)
             done = self._reset_future()
-            self._start_worker()
+            self._start_worker()  # even for a caller that left: the reset is asked for
+            if caller_left:
+                raise asyncio.CancelledError
         return await asyncio.shield(done)
 
     async def archived(self, generation: int) -> Archive | None:
@@ -280,7 +284,10 @@ class AgentSession:
 
     def _reset_future(self) -> asyncio.Future[SessionReset]:
         if self._reset_done is None or self._reset_done.done():
-            self._reset_done = asyncio.get_running_loop().create_future()
+            done: asyncio.Future[SessionReset] = asyncio.get_running_loop().create_future()
+            # its callers may all have left (shielded): an error nobody reads is no bug
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._reset_done = done
         return self._reset_done
 
     def _plan_cancel(
@@ -321,40 +328,54 @@ class AgentSession:
             ConflictError: Another process moved one of the turns first.
         """
         # the worker must not pick up a turn that this write ends, while it is in flight
-        withdrawn = [t for t in self._queue if t in plan.ended_ids]
+        queued = list(self._queue)
+        withdrawn = {t for t in queued if t in plan.ended_ids}
         for turn_id in withdrawn:
             self._queue.remove(turn_id)
-        self._stop_at_next_boundary(state, plan)
+        asked = self._stop_at_next_boundary(state, plan)
         try:
             caller_left = await self._commit_through(commit)
-        except BaseException as exc:
-            self._queue.extendleft(reversed(withdrawn))  # not ended after all
+        except Exception as exc:
+            # nothing of it was written: put everything back as it was
+            for turn_id in asked:
+                state.cancels.pop(turn_id, None)
+            # under the admit lock the queue only shrinks: the worker takes from its head
+            still = set(self._queue) | withdrawn
+            self._queue.clear()
+            self._queue.extend(t for t in queued if t in still)
             if withdrawn:
                 with contextlib.suppress(RuntimeClosedError):
                     self._start_worker()
             if isinstance(exc, StoreConflictError):
-                await self._reread()  # another process answered the parked turn first
+                await self._reread()
                 raise ConflictError(
-                    f"{self.key}: a turn changed under the cancel (another process moved it); "
-                    "try again"
+                    f"{self.key}: a turn changed under the cancel (another runtime on this "
+                    "store answered or ended it first); try again"
                 ) from None
             raise
         apply_commit(state, commit)
         self._after_cancel(plan)
         return caller_left
 
-    def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> None:
+    def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> list[str]:
         """Let the turns asked to stop see it at their very next boundary.
 
         The request's write is queued on the store's single connection before the
-        turn's own ending can be, so on disk the request still comes first; a turn
-        that stops before the write lands only ends by a commit that records it.
+        turn's own ending can be, so on disk the request comes first; a turn that
+        stops before the write lands only ends by a commit that records why. If the
+        write fails, the marks are taken back and an interrupted model step is
+        asked again.
+
+        Returns:
+            The turns newly marked.
         """
+        asked = [turn_id for turn_id, _ in plan.cancels if turn_id not in state.cancels]
         for turn_id, reason in plan.cancels:
             state.cancels.setdefault(turn_id, reason)
         running = self._running
-        if running is not None and any(turn_id == running.turn_id for turn_id, _ in plan.cancels):
+        if running is not None and running.turn_id in asked:
             running.interrupt()
+        return asked
 
     def _after_cancel(self, plan: _CancelPlan) -> None:
         """Tell everyone about turns a committed plan ended."""
@@ -434,7 +455,8 @@ class AgentSession:
 
     async def parked(self) -> Suspended | None:
         """The checkpoint of the turn this session is parked on, if it is."""
-        return _parked_in(await self._loaded())
+        state = await self._loaded()
+        return None if _park_is_ending(state) else _parked_in(state)
 
     async def pending(self) -> InputRequest | None:
         """The request the session is parked on, if it is."""
@@ -499,6 +521,7 @@ class AgentSession:
             parked = _parked_in(state)
             if (
                 state.reset_through is not None
+                or _park_is_ending(state)
                 or parked is None
                 or (parked.turn_id, parked.request.id) != (turn_id, input_id)
             ):
@@ -631,7 +654,6 @@ class AgentSession:
         async with self._admit_lock:
             state = await self._loaded()
             if state.reset_through is not None:
-                _ = self._reset_future()
                 self._start_worker()
 
     def _enqueue_unfinished(self, record: TurnRecord) -> None:
@@ -649,7 +671,13 @@ class AgentSession:
         record = state.turns.get(turn_id)
         if record is None:
             raise UnknownTurnError(self._no_turn(state, turn_id))
-        if record.result is not None and record.status not in TURN_STATUSES_UNFINISHED:
+        # a park whose cancel its run is writing is not how the turn ends
+        ending_park = record.status == "suspended" and turn_id in state.cancels
+        if (
+            record.result is not None
+            and record.status not in TURN_STATUSES_UNFINISHED
+            and not ending_park
+        ):
             return record.result
         self._refuse_if_halted()
         waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
@@ -772,8 +800,8 @@ class AgentSession:
             return
         apply_commit(state, commit)
         logger.info("%s reset: generation %d archived", self.key, archived)
-        done = self._reset_future()
-        if not done.done():
+        done = self._reset_done
+        if done is not None and not done.done():
             done.set_result(
                 SessionReset(
                     previous_session=f"{self.key.session_id}#g{archived}",
@@ -851,7 +879,14 @@ class AgentSession:
         self._waiters.clear()
         resetting = self._reset_done
         if resetting is not None and not resetting.done():
-            resetting.set_exception(error_for("(reset)"))
+            resetting.set_exception(
+                RuntimeClosedError(
+                    f"{self.key} stopped before its reset was carried out; "
+                    "the next start carries it out"
+                )
+                if self._halted is None
+                else self._halted_error()
+            )
 
     def _emit(self, event: TurnEvent) -> None:
         for wanted, callback in tuple(self._observers):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,11 +19,13 @@ import pytest
 from agent import (
     Agent,
     AgentRuntime,
+    AgentSession,
     AnthropicModel,
     AnthropicSettings,
     AssistantMessage,
     Cancelled,
     Completed,
+    MemoryStore,
     ModelRequest,
     SQLiteStore,
     Suspended,
@@ -38,6 +41,7 @@ from agent.errors import (
     ResumeConflictError,
     RuntimeClosedError,
     SessionSuspendedError,
+    StoreError,
     TurnCancelledError,
     UnknownTurnError,
 )
@@ -123,17 +127,35 @@ async def wait_for(event: asyncio.Event) -> None:
     await asyncio.wait_for(event.wait(), WAIT)
 
 
+@dataclass
+class HeldTurn:
+    """A session whose first turn is held inside its one tool call, ``slow``."""
+
+    gates: Gates
+    model: ScriptedModel
+    runtime: AgentRuntime
+    session: AgentSession
+    turn_id: str
+
+
+async def held_turn(store: Any, sink: Any = None) -> HeldTurn:
+    gates = Gates()
+    model = ScriptedModel(batch_then_done("slow"))
+    runtime = await runtime_with(store, model, [gates.tool("slow")], sink)
+    session = runtime.session("a", "s1")
+    turn_id = await session.start("go")
+    await wait_for(gates.entered["slow"])
+    return HeldTurn(gates, model, runtime, session, turn_id)
+
+
 # -- boundaries --------------------------------------------------------------------------
 
 
 async def test_a_queued_turn_cancelled_before_it_starts_writes_no_message(store):
-    gates = Gates()
     sink = RecordingSink()
-    model = ScriptedModel(batch_then_done("slow"))
-    runtime = await runtime_with(store, model, [gates.tool("slow")], sink)
-    session = runtime.session("a", "s1")
-    first = await session.start("first")
-    await wait_for(gates.entered["slow"])
+    held = await held_turn(store, sink)
+    gates, model, runtime, session = held.gates, held.model, held.runtime, held.session
+    first = held.turn_id
     queued = await session.start("second")
 
     assert await session.cancel(queued) is True
@@ -166,12 +188,9 @@ async def test_a_turn_cancelled_right_after_it_was_admitted_never_asks_the_model
 
 
 async def test_a_cancel_while_a_tool_runs_stops_before_the_next_model_call(store):
-    gates = Gates()
-    model = ScriptedModel(batch_then_done("slow"))
-    runtime = await runtime_with(store, model, [gates.tool("slow")])
-    session = runtime.session("a", "s1")
-    turn_id = await session.start("go")
-    await wait_for(gates.entered["slow"])
+    held = await held_turn(store)
+    gates, model, runtime, session = held.gates, held.model, held.runtime, held.session
+    turn_id = held.turn_id
 
     assert await session.cancel(turn_id) is True
     gates.release["slow"].set()  # a running tool finishes; what it did is committed
@@ -518,12 +537,9 @@ async def test_while_a_reset_is_pending_resume_refuses_and_new_turns_queue_behin
 async def test_a_reset_pending_when_the_process_stopped_is_carried_out_at_the_next_start(
     sqlite_store: SQLiteStore,
 ):
-    gates = Gates()
-    model = ScriptedModel(batch_then_done("slow"))
-    runtime = await runtime_with(sqlite_store, model, [gates.tool("slow")])
-    session = runtime.session("a", "s1")
-    running = await session.start("go")
-    await wait_for(gates.entered["slow"])
+    held = await held_turn(sqlite_store)
+    gates, model, runtime, session = held.gates, held.model, held.runtime, held.session
+    running = held.turn_id
     resetting = asyncio.ensure_future(session.reset())
     await asyncio.sleep(0.02)
     await runtime.close()  # as a crash would: the tool never returned
@@ -638,3 +654,65 @@ async def test_a_park_whose_cancel_was_stored_as_it_was_written_ends_at_the_next
     after = await again.start(TurnInput(text="post again", user="U1", event=SPEAKER))
     assert isinstance(await again.result(after), Suspended)
     await reopened.close()
+
+
+class CancelsDoNotLand(MemoryStore):
+    """A memory store whose disk fails every write that would cancel a turn."""
+
+    async def commit(self, key: SessionKey, commit: Commit) -> None:
+        if commit.cancels or any(t.status == "cancelled" for t in commit.turns):
+            raise StoreError("disk I/O error")
+        await super().commit(key, commit)
+
+
+async def test_a_cancel_whose_write_fails_leaves_every_turn_as_it_was():
+    gates = Gates()
+    order: list[str] = []
+    scripted = batch_then_done("slow")
+
+    def script(request: ModelRequest) -> Any:
+        order.append(request.turn_id)
+        return scripted(request)
+
+    runtime = await runtime_with(CancelsDoNotLand(), ScriptedModel(script), [gates.tool("slow")])
+    session = runtime.session("a", "s1")
+    for turn_id in ("A", "B", "C"):
+        await session.start(turn_id, turn_id=turn_id)
+    await wait_for(gates.entered["slow"])
+
+    with pytest.raises(StoreError):
+        await session.cancel("C")
+    with pytest.raises(StoreError):
+        await session.cancel("A")
+    with pytest.raises(StoreError):
+        await session.start("D", turn_id="D", replace=True)
+    gates.release["slow"].set()
+
+    # nothing was cancelled, and the turns still run one at a time in admission order
+    for turn_id in ("A", "B", "C"):
+        assert isinstance(await asyncio.wait_for(session.result(turn_id), WAIT), Completed)
+    assert list(dict.fromkeys(order)) == ["A", "B", "C"]
+    assert [t.turn_id for t in await session.turns()] == ["A", "B", "C"]
+    await runtime.close()
+
+
+async def test_a_reset_asked_while_one_is_pending_also_covers_the_turns_admitted_since(store):
+    held = await held_turn(store)
+    gates, model, runtime, session = held.gates, held.model, held.runtime, held.session
+    running = held.turn_id
+    first = asyncio.ensure_future(session.reset())
+    await asyncio.sleep(0.02)
+    between = await session.start("admitted between the two resets")
+    ended = asyncio.ensure_future(session.result(between))
+    second = asyncio.ensure_future(session.reset())
+    await asyncio.sleep(0.02)
+    gates.release["slow"].set()
+
+    assert await asyncio.wait_for(first, WAIT) == await asyncio.wait_for(second, WAIT)
+    assert await ended == Cancelled(turn_id=between, reason="reset")
+    archive = await session.archived(0)
+    assert archive is not None
+    assert set(archive.turns) == {running, between}
+    assert await session.turns() == []
+    assert [r.turn_id for r in model.requests] == [running]
+    await runtime.close()
