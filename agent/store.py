@@ -24,8 +24,10 @@ def database_path(url: str) -> str | None:
         return None
     parts = urlsplit(url)
     if parts.scheme != "sqlite" or parts.netloc or not url.startswith("sqlite:///"):
+        # the scheme alone: a server URL may carry a password
+        got = f"a {parts.scheme}:// URL" if parts.scheme else "no URL scheme"
         raise ConfigError(
-            f"DATABASE_URL must look like sqlite:///path/to/file.db (or memory://), got {url!r}"
+            f"DATABASE_URL must look like sqlite:///path/to/file.db (or memory://), got {got}"
         )
     path = url[len("sqlite:///") :]
     if not path or path.endswith("/"):

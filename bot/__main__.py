@@ -9,7 +9,7 @@ from agent import ConfigError, open_store
 from agent.store import database_path
 from bot import messages
 from bot.agents import build_agent
-from bot.config import Settings
+from bot.config import Settings, load_settings
 from bot.terminal import chat
 
 
@@ -36,11 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        settings = Settings()
-        database_path(settings.database_url)
-        settings.anthropic()
-    except (ConfigError, ValueError) as exc:
-        print(f"Cannot start: {exc}", file=sys.stderr)
+        settings = load_settings()
+    except ConfigError as exc:
+        problems = "\n".join(f"  - {line}" for line in str(exc).splitlines())
+        print(f"Cannot start; fix these settings first:\n{problems}", file=sys.stderr)
         return 2
     if settings.has_slack:
         print(messages.SLACK_NOT_BUILT, file=sys.stderr)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import SecretStr, field_validator
+from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import DEFAULT_MODEL, AnthropicSettings
+from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError
+from agent.store import database_path
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "load_settings"]
+
+SLACK_API_URL = "https://slack.com/api/"
 
 
 class Settings(BaseSettings):
@@ -20,7 +26,13 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
     slack_app_token: SecretStr | None = None
+    slack_api_url: str = SLACK_API_URL
+    """Base URL of Slack's Web API; tests point it at a local fake."""
+    port: int = 3000
+    """Where ``POST /slack/events`` and ``GET /healthz`` are served (HTTP mode)."""
     database_url: str = "sqlite:///data/bot.db"
+    bot_config: Path | None = None
+    """A TOML file of channel policies and schedules."""
 
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None
@@ -51,6 +63,54 @@ class Settings(BaseSettings):
             return value or None
         return value
 
+    def problems(self) -> list[str]:
+        """Every reason the bot cannot start with these settings, each naming its setting.
+
+        Messages name settings, never their values when they are secret.
+        """
+        found: list[str] = []
+        try:
+            database_path(self.database_url)
+        except ConfigError as exc:
+            found.append(str(exc))
+        try:
+            self.anthropic()
+        except ConfigError as exc:
+            found.append(str(exc))
+        found += self._slack_problems()
+        if not 0 < self.port < 65536:
+            found.append(f"PORT must be a TCP port (1-65535), got {self.port}")
+        parts = urlsplit(self.slack_api_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            found.append(
+                f"SLACK_API_URL must be an http(s) URL such as {SLACK_API_URL}, "
+                f"got {self.slack_api_url!r}"
+            )
+        if self.bot_config is not None:
+            found += _config_file_problems(self.bot_config)
+        return found
+
+    def _slack_problems(self) -> list[str]:
+        bot, signing, app = self.slack_bot_token, self.slack_signing_secret, self.slack_app_token
+        if not (bot or signing or app):
+            return []
+        found = []
+        if bot is None:
+            found.append(
+                "SLACK_BOT_TOKEN is missing: the bot cannot post without it "
+                "(OAuth & Permissions, xoxb-...)"
+            )
+        elif not bot.get_secret_value().startswith("xoxb-"):
+            found.append("SLACK_BOT_TOKEN must be a bot token (it starts with xoxb-)")
+        if signing is None and app is None:
+            found.append(
+                "SLACK_SIGNING_SECRET (HTTP events) or SLACK_APP_TOKEN (Socket Mode) is "
+                "needed beside SLACK_BOT_TOKEN: without one, no event can be verified"
+            )
+        if app is not None and not app.get_secret_value().startswith("xapp-"):
+            found.append("SLACK_APP_TOKEN must be an app-level token (it starts with xapp-)")
+        return found
+
     @property
     def has_slack(self) -> bool:
         """Whether any Slack credential is set."""
@@ -77,3 +137,34 @@ class Settings(BaseSettings):
         )
         settings.check()
         return settings
+
+
+def _config_file_problems(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            tomllib.load(f)
+    except FileNotFoundError:
+        return [f"BOT_CONFIG names {path}, which does not exist"]
+    except OSError as exc:
+        return [f"BOT_CONFIG: cannot read {path}: {exc.strerror}"]
+    except tomllib.TOMLDecodeError as exc:
+        return [f"BOT_CONFIG: {path} is not valid TOML: {exc}"]
+    return []
+
+
+def load_settings() -> Settings:
+    """Read the settings, and check them all at once.
+
+    Raises:
+        ConfigError: Every problem found, one per line, each naming its setting.
+    """
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        # pydantic's own text quotes the input: name the setting and what is wrong only
+        lines = [f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+    problems = settings.problems()
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return settings
