@@ -56,6 +56,8 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
+from tests.fakes.local_server import serve_locally
+
 __all__ = [
     "Cut",
     "FakeAnthropic",
@@ -672,12 +674,8 @@ class FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._on_messages)
         app.router.add_post("/v1/messages/count_tokens", self._on_count_tokens)
-        # A short shutdown: by then every Hang has been let go and streams end at once.
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        host, port = self._runner.addresses[0][:2]
-        self._base_url = f"http://{host}:{port}"
+        # by shutdown every Hang has been let go, so streams end at once
+        self._runner, self._base_url = await serve_locally(app)
         return self
 
     async def __aexit__(

@@ -1,0 +1,905 @@
+"""A fake of Slack's Web API, served over real HTTP to the real slack_sdk client.
+
+Point the real client at it::
+
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+        root = slack.post_user_message(slack.channel_id, "<@U0BOT> hi")
+        await client.chat_postMessage(channel=slack.channel_id, thread_ts=root, text="hello")
+        assert [m.text for m in slack.replies(slack.channel_id, root)] == ["hello"]
+
+``base_url`` already ends in ``/api/``, as slack_sdk's own ``BASE_URL`` does, so it
+can be passed as is (or set as ``SLACK_API_URL``).
+
+It speaks the Web API's conventions: ``/api/<method>`` by GET or POST, arguments
+in the query string (where slack_sdk puts ``params=`` even on a POST: auth.test,
+chat.delete), a form or a JSON body (chat.postMessage, chat.update, the stream
+methods), ``Authorization: Bearer`` checked against one bot token, and every
+answer an HTTP 200 ``{"ok": true, ...}`` or ``{"ok": false, "error": "<code>"}``,
+except a scripted rate limit, which is an HTTP 429 with ``Retry-After`` as Slack
+sends it. It keeps messages per channel and refuses what Slack refuses where
+that matters to a bot: an unknown channel, a message that is not there or not
+the bot's, text or Block Kit over Slack's limits, a stream that is no longer
+streaming. A method it does not implement answers ``unknown_method``, as Slack
+answers a method that does not exist: a call the fake cannot answer faithfully
+fails loudly rather than passing.
+
+Streams (``chat.startStream`` / ``appendStream`` / ``stopStream``) build one
+message whose ``text`` is everything streamed. Slack ends a stream about five
+minutes after it started, appends or not (undocumented; python-slack-sdk #1859);
+here the fake's clock decides: ``advance(seconds)`` moves it, ``stream_lifetime``
+sets the limit, ``expire_streams()`` ends every open stream now. After that,
+appends and stops answer ``message_not_in_streaming_state``.
+
+What is not modelled: scopes, rate limits that are not scripted, channel names
+in place of ids, message formatting (``blocks`` are what was sent; Slack would
+add ``rich_text`` blocks for plain text), the tombstone a deleted thread parent
+leaves, status timeouts, edit windows, files, reactions, events.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from aiohttp import web
+
+from tests.fakes.local_server import serve_locally
+from tests.fakes.slack_blocks import (
+    MAX_BLOCKS,
+    Refusal,
+    check_markdown,
+    checked_blocks,
+    checked_chunks,
+)
+
+__all__ = [
+    "STREAM_METHODS",
+    "Call",
+    "Ephemeral",
+    "FakeSlack",
+    "Message",
+    "StatusUpdate",
+]
+
+Json: TypeAlias = dict[str, Any]
+StreamState: TypeAlias = Literal["streaming", "stopped", "expired"]
+
+STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
+
+MAX_TEXT_CHARS = 4_000
+"""Longer ``text`` answers ``msg_too_long``. Slack's docs still say it truncates at
+40,000, but a Slack maintainer wrote in 2024 that the platform now refuses ~4K
+(seratch/ChatGPT-in-Slack#102), and chat.update users report the same."""
+STREAM_LIFETIME = 300.0
+"""Seconds from chat.startStream until Slack stops accepting appends (observed, ~5 min)."""
+EPOCH = 1_700_000_000
+"""Where the fake's clock starts: ts values look like ``"1700000000.000100"``."""
+
+_SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
+
+
+# --- what tests read back ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as it stands now: updates and streamed chunks already applied."""
+
+    channel: str
+    ts: str
+    text: str
+    user: str
+    """Who posted it: the bot's user id for the bot's own messages."""
+    bot_id: str | None = None
+    thread_ts: str | None = None
+    """The thread's parent ts for a reply; None for a top-level message."""
+    blocks: tuple[Json, ...] = ()
+    chunks: tuple[Json, ...] = ()
+    """Every stream chunk received, in order (markdown_text, task_update, ...)."""
+    stream: StreamState | None = None
+    """None for an ordinary message."""
+    edited_ts: str | None = None
+    metadata: Json | None = None
+
+    @property
+    def is_from_bot(self) -> bool:
+        return self.bot_id is not None
+
+    @property
+    def tasks(self) -> dict[str, Json]:
+        """Task cards by id, merged as Slack merges updates: details append, the rest replace."""
+        tasks: dict[str, Json] = {}
+        for chunk in self.chunks:
+            if chunk.get("type") != "task_update":
+                continue
+            card = tasks.setdefault(chunk["id"], {})
+            details = card.get("details", "") + chunk.get("details", "")
+            card.update({k: v for k, v in chunk.items() if k not in ("type", "details")})
+            if details:
+                card["details"] = details
+        return tasks
+
+
+@dataclass(frozen=True)
+class Ephemeral:
+    """A message only ``user`` sees; Slack keeps no history of it."""
+
+    channel: str
+    user: str
+    ts: str
+    text: str
+    blocks: tuple[Json, ...] = ()
+    thread_ts: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """One assistant.threads.setStatus call; an empty ``status`` clears it."""
+
+    channel_id: str
+    thread_ts: str
+    status: str
+    loading_messages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request, refused ones included. The token never appears here."""
+
+    method: str
+    params: Json
+    """Query and body merged; JSON strings sent in a form (blocks, chunks) left as sent."""
+    headers: dict[str, str]
+    """Lower-cased names; ``authorization`` reads ``Bearer (redacted)``."""
+    http_method: str
+    status: int
+    response: Json
+    at: float
+    """``time.monotonic()`` when the request arrived."""
+
+    @property
+    def ok(self) -> bool:
+        return self.response.get("ok") is True
+
+    @property
+    def error(self) -> str | None:
+        error = self.response.get("error")
+        return error if isinstance(error, str) else None
+
+
+# --- refusals ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fault:
+    error: str
+    status: int
+    retry_after: int | None
+
+
+def _missing(name: str) -> Refusal:
+    return Refusal("invalid_arguments", messages=[f"missing required field: {name}"])
+
+
+# --- parameters ----------------------------------------------------------------------
+
+
+class _Params:
+    """A call's arguments, read as Slack reads them from a form or from JSON."""
+
+    def __init__(self, values: Json) -> None:
+        self.values = values
+
+    def text(self, name: str) -> str | None:
+        value = self.values.get(name)
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, bool | int | float):
+            return str(value).lower()
+        raise Refusal("invalid_arguments", messages=[f"{name} must be a string"])
+
+    def required(self, name: str) -> str:
+        value = self.text(name)
+        if not value:
+            raise _missing(name)
+        return value
+
+    def flag(self, name: str) -> bool:
+        return self.text(name) in ("1", "true")
+
+    def number(self, name: str, default: int) -> int:
+        value = self.text(name)
+        if not value:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise Refusal("invalid_arguments", messages=[f"{name} must be a number"]) from None
+
+    def structured(self, name: str, error: str) -> Any:
+        """A list or object: as JSON sends it, or as a form sends it, a JSON string."""
+        value = self.values.get(name)
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise Refusal(error) from None
+
+
+# --- Block Kit and chunks ------------------------------------------------------------
+
+
+# --- the workspace -------------------------------------------------------------------
+
+
+@dataclass
+class _Channel:
+    id: str
+    name: str
+    members: set[str]
+    is_private: bool = False
+    is_im: bool = False
+    messages: dict[str, Message] = field(default_factory=dict)
+
+    def ordered(self) -> list[Message]:
+        return sorted(self.messages.values(), key=lambda m: _micros(m.ts))
+
+    def thread(self, thread_ts: str) -> list[Message]:
+        return [m for m in self.ordered() if thread_ts in (m.ts, m.thread_ts)]
+
+
+@dataclass(frozen=True)
+class _User:
+    id: str
+    name: str
+    real_name: str
+    is_bot: bool = False
+
+
+def _micros(ts: str) -> int:
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds) * 1_000_000 + int((fraction + "000000")[:6])
+
+
+def _ts(micros: int) -> str:
+    return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+
+def _is_ts(value: str) -> bool:
+    try:
+        _micros(value)
+    except ValueError:
+        return False
+    return True
+
+
+# --- the server ----------------------------------------------------------------------
+
+
+class FakeSlack:
+    """Slack's Web API on 127.0.0.1, for as long as the ``async with`` lasts.
+
+    It starts with one workspace: the bot (``bot_user_id``, ``bot_id``), one human
+    (``user_id``) and one public channel (``channel_id``) both are in. Add more
+    with ``add_user`` / ``add_channel``; seed what humans say with
+    ``post_user_message``. ``calls`` holds every request in order.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-fake-token",
+        team_id: str = "T0TEAM",
+        bot_user_id: str = "U0BOT",
+        bot_id: str = "B0BOT",
+        app_id: str = "A0APP",
+        max_text_chars: int = MAX_TEXT_CHARS,
+    ) -> None:
+        self.token = token
+        self.team_id = team_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        self.max_text_chars = max_text_chars
+        self.user_id = "U0ALICE"
+        self.channel_id = "C0GENERAL"
+        self.stream_lifetime = STREAM_LIFETIME
+        """Seconds a stream accepts appends; set it to 0 to make the next append fail."""
+        self.calls: list[Call] = []
+        self.statuses: list[StatusUpdate] = []
+        self.ephemerals: list[Ephemeral] = []
+        self._users: dict[str, _User] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._stream_started: dict[tuple[str, str], int] = {}
+        self._faults: dict[str, collections.deque[_Fault]] = collections.defaultdict(
+            collections.deque
+        )
+        self._disabled: set[str] = set()
+        self._now = EPOCH * 1_000_000
+        self._last_ts = self._now
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+        self._handlers: dict[str, Callable[[_Params], Json]] = {
+            "auth.test": self._auth_test,
+            "users.info": self._users_info,
+            "conversations.info": self._conversations_info,
+            "conversations.history": self._conversations_history,
+            "conversations.replies": self._conversations_replies,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.delete": self._delete,
+            "chat.postEphemeral": self._post_ephemeral,
+            "chat.startStream": self._start_stream,
+            "chat.appendStream": self._append_stream,
+            "chat.stopStream": self._stop_stream,
+            "assistant.threads.setStatus": self._set_status,
+        }
+        self.add_user(bot_user_id, name="bot", is_bot=True)
+        self.add_user(self.user_id, name="alice", real_name="Alice Example")
+        self.add_channel(self.channel_id, name="general", members=[self.user_id])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/api/``: slack_sdk's ``base_url``."""
+        if self._url is None:
+            raise RuntimeError("FakeSlack is not running; use it as `async with`")
+        return f"{self._url}/api/"
+
+    # --- the workspace
+
+    def add_user(
+        self, user_id: str, *, name: str | None = None, real_name: str = "", is_bot: bool = False
+    ) -> None:
+        self._users[user_id] = _User(user_id, name or user_id.lower(), real_name, is_bot)
+
+    def add_channel(
+        self,
+        channel_id: str,
+        *,
+        name: str | None = None,
+        members: Iterable[str] = (),
+        is_private: bool = False,
+        is_im: bool = False,
+        bot_is_member: bool = True,
+    ) -> None:
+        """A conversation; the bot is in it unless told otherwise, and members must be users."""
+        member_ids = set(members) | ({self.bot_user_id} if bot_is_member else set())
+        unknown = member_ids - self._users.keys()
+        if unknown:
+            raise ValueError(f"add these users first: {sorted(unknown)}")
+        self._channels[channel_id] = _Channel(
+            channel_id, name or channel_id.lower(), member_ids, is_private, is_im
+        )
+
+    def post_user_message(
+        self, channel: str, text: str, *, user: str | None = None, thread_ts: str | None = None
+    ) -> str:
+        """What a human says, as Slack stores it (no request is made); returns its ts."""
+        target = self._channels[channel]
+        message = Message(
+            channel=channel,
+            ts=self._next_ts(),
+            text=text,
+            user=user or self.user_id,
+            thread_ts=self._thread_root(target, thread_ts),
+        )
+        target.messages[message.ts] = message
+        return message.ts
+
+    # --- scripted behaviour
+
+    def fail_next(
+        self,
+        method: str,
+        error: str = "internal_error",
+        *,
+        status: int = 200,
+        retry_after: int | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``error``, changing nothing.
+
+        ``fail_next("chat.update", "ratelimited", status=429, retry_after=1)`` is
+        Slack's rate limit: HTTP 429 and ``Retry-After`` in whole seconds, which
+        slack_sdk's ``AsyncRateLimitErrorRetryHandler`` parses with ``int()``.
+        """
+        self._faults[method].extend([_Fault(error, status, retry_after)] * times)
+
+    def disable(self, *methods: str) -> None:
+        """Make ``methods`` answer ``unknown_method``, as on a workspace without them."""
+        self._disabled.update(methods)
+
+    def enable(self, *methods: str) -> None:
+        self._disabled.difference_update(methods)
+
+    def advance(self, seconds: float) -> None:
+        """Move the fake's clock (stream expiry, ts values); real time is untouched."""
+        self._now += round(seconds * 1_000_000)
+
+    def expire_streams(self) -> None:
+        """End every open stream now, as Slack does after about five minutes."""
+        for channel, ts in self._stream_started:
+            self._end_stream(channel, ts, "expired")
+
+    # --- what tests read
+
+    def calls_to(self, *methods: str) -> list[Call]:
+        return [call for call in self.calls if call.method in methods]
+
+    def messages(self, channel: str) -> list[Message]:
+        """Every message of the channel, replies included, oldest first."""
+        self._expire_due()
+        return self._channels[channel].ordered()
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        """The thread's parent (if any) and its replies, oldest first, with their final text."""
+        self._expire_due()
+        return self._channels[channel].thread(thread_ts)
+
+    def replies(self, channel: str, thread_ts: str) -> list[Message]:
+        return [m for m in self.thread(channel, thread_ts) if m.ts != thread_ts]
+
+    def status(self, channel: str, thread_ts: str) -> str:
+        """The thread's last status, "" when none was set or it was cleared."""
+        matching = [
+            s.status for s in self.statuses if (s.channel_id, s.thread_ts) == (channel, thread_ts)
+        ]
+        return matching[-1] if matching else ""
+
+    # --- life cycle
+
+    async def __aenter__(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._on_call)
+        self._runner, self._url = await serve_locally(app)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # --- dispatch
+
+    async def _on_call(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        method = request.match_info["method"]
+        values: Json = {}
+        try:
+            values, token = await _read(request)
+            body = self._answer(method, _Params(values), token)
+            status, headers = 200, {}
+        except Refusal as refusal:
+            body, status, headers = refusal.body(), refusal.status, refusal.headers
+        self.calls.append(
+            Call(method, values, _redacted(request), request.method, status, body, arrived)
+        )
+        return web.json_response(body, status=status, headers=headers)
+
+    def _answer(self, method: str, params: _Params, token: str | None) -> Json:
+        handler = self._handlers.get(method)
+        if handler is None or method in self._disabled:
+            raise Refusal("unknown_method")
+        # never say which token was wrong: error bodies end up in logs
+        if not token:
+            raise Refusal("not_authed")
+        if token != self.token:
+            raise Refusal("invalid_auth")
+        if self._faults[method]:
+            fault = self._faults[method].popleft()
+            headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
+            raise Refusal(fault.error, status=fault.status, headers=headers)
+        self._expire_due()
+        return {"ok": True, **handler(params)}
+
+    # --- identity
+
+    def _auth_test(self, params: _Params) -> Json:
+        return {
+            "url": "https://fake-team.slack.com/",
+            "team": "Fake Team",
+            "user": self._users[self.bot_user_id].name,
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _users_info(self, params: _Params) -> Json:
+        user = self._users.get(params.text("user") or "")
+        if user is None:
+            raise Refusal("user_not_found")
+        profile: Json = {"real_name": user.real_name, "display_name": user.name}
+        if user.is_bot:
+            profile["bot_id"] = self.bot_id
+        wire: Json = {
+            "id": user.id,
+            "team_id": self.team_id,
+            "name": user.name,
+            "real_name": user.real_name,
+            "deleted": False,
+            "is_bot": user.is_bot,
+            "is_app_user": False,
+            "tz": "Etc/UTC",
+            "profile": profile,
+        }
+        return {"user": wire}
+
+    def _conversations_info(self, params: _Params) -> Json:
+        channel = self._channel(params)
+        wire: Json = {
+            "id": channel.id,
+            "name": channel.name,
+            "is_channel": not channel.is_private and not channel.is_im,
+            "is_group": channel.is_private,
+            "is_im": channel.is_im,
+            "is_mpim": False,
+            "is_private": channel.is_private or channel.is_im,
+            "is_archived": False,
+            "is_member": self.bot_user_id in channel.members,
+            "created": EPOCH,
+        }
+        if channel.is_im:
+            others = channel.members - {self.bot_user_id}
+            wire["user"] = min(others) if others else None
+        return {"channel": wire}
+
+    # --- reading
+
+    def _conversations_history(self, params: _Params) -> Json:
+        channel = self._member_channel(params)
+        top = [m for m in reversed(channel.ordered()) if m.thread_ts is None]
+        return self._page(channel, _in_range(top, params), params, most=999)
+
+    def _conversations_replies(self, params: _Params) -> Json:
+        channel = self._member_channel(params)
+        ts = params.text("ts") or ""
+        found = channel.messages.get(ts)
+        if found is None:
+            raise Refusal("thread_not_found")
+        thread = channel.thread(found.thread_ts or found.ts)
+        return self._page(channel, _in_range(thread, params), params, most=1000)
+
+    def _page(self, channel: _Channel, messages: list[Message], params: _Params, most: int) -> Json:
+        """One page of ``messages`` (already in answer order) from the cursor on."""
+        limit = min(max(params.number("limit", 100), 1), most)
+        start = 0
+        cursor = params.text("cursor")
+        if cursor:
+            start = _cursor_position(cursor, messages)
+        page, rest = messages[start : start + limit], messages[start + limit :]
+        answer: Json = {
+            "messages": [self._wire(channel, m) for m in page],
+            "has_more": bool(rest),
+            "pin_count": 0,
+        }
+        next_cursor = _cursor(rest[0].ts) if rest else ""
+        answer["response_metadata"] = {"next_cursor": next_cursor}
+        return answer
+
+    def _wire(self, channel: _Channel, message: Message) -> Json:
+        """The message as Slack's API shows it."""
+        wire: Json = {
+            "type": "message",
+            "ts": message.ts,
+            "user": message.user,
+            "text": message.text,
+            "team": self.team_id,
+        }
+        if message.bot_id is not None:
+            wire.update(bot_id=message.bot_id, app_id=self.app_id)
+        if message.blocks:
+            wire["blocks"] = list(message.blocks)
+        if message.edited_ts is not None:
+            wire["edited"] = {"user": message.user, "ts": message.edited_ts}
+        if message.metadata is not None:
+            wire["metadata"] = message.metadata
+        if message.thread_ts is not None:
+            parent = channel.messages.get(message.thread_ts)
+            wire["thread_ts"] = message.thread_ts
+            wire["parent_user_id"] = parent.user if parent else None
+            return wire
+        replies = channel.thread(message.ts)[1:]
+        if replies:
+            users = sorted({r.user for r in replies})
+            wire.update(
+                thread_ts=message.ts,
+                reply_count=len(replies),
+                reply_users=users,
+                reply_users_count=len(users),
+                latest_reply=replies[-1].ts,
+            )
+        return wire
+
+    # --- posting
+
+    def _post_message(self, params: _Params) -> Json:
+        channel = self._member_channel(params)
+        text, blocks = self._content(params)
+        message = Message(
+            channel=channel.id,
+            ts=self._next_ts(),
+            text=text,
+            user=self.bot_user_id,
+            bot_id=self.bot_id,
+            thread_ts=self._thread_root(channel, params.text("thread_ts")),
+            blocks=blocks or (),
+            metadata=params.structured("metadata", "invalid_metadata_format"),
+        )
+        channel.messages[message.ts] = message
+        return {"channel": channel.id, "ts": message.ts, "message": self._wire(channel, message)}
+
+    def _update(self, params: _Params) -> Json:
+        channel = self._channel(params)
+        found = self._own_message(channel, params, not_owned="cant_update_message")
+        text = params.text("text")
+        markdown = params.text("markdown_text")
+        blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format"))
+        if not text and not markdown and blocks is None:
+            raise Refusal("no_text")
+        new_text = self._checked_text(text, markdown) if text or markdown else found.text
+        updated = dataclasses.replace(
+            found,
+            text=new_text,
+            # as chat.update documents: blocks left out are kept, [] removes them
+            blocks=found.blocks if blocks is None else blocks,
+            edited_ts=self._next_ts(),
+        )
+        channel.messages[found.ts] = updated
+        wire = self._wire(channel, updated)
+        return {"channel": channel.id, "ts": found.ts, "text": new_text, "message": wire}
+
+    def _delete(self, params: _Params) -> Json:
+        channel = self._channel(params)
+        found = self._own_message(channel, params, not_owned="cant_delete_message")
+        del channel.messages[found.ts]
+        return {"channel": channel.id, "ts": found.ts}
+
+    def _post_ephemeral(self, params: _Params) -> Json:
+        channel = self._member_channel(params)
+        user = params.required("user")
+        if user not in self._users:
+            raise Refusal("user_not_found")
+        if user not in channel.members:
+            raise Refusal("user_not_in_channel")
+        text, blocks = self._content(params)
+        ephemeral = Ephemeral(
+            channel=channel.id,
+            user=user,
+            ts=self._next_ts(),
+            text=text,
+            blocks=blocks or (),
+            thread_ts=params.text("thread_ts"),
+        )
+        self.ephemerals.append(ephemeral)
+        return {"message_ts": ephemeral.ts}
+
+    def _set_status(self, params: _Params) -> Json:
+        channel = self._channel(params, name="channel_id")
+        thread_ts = params.text("thread_ts")
+        if not thread_ts or not _is_ts(thread_ts):
+            raise Refusal("invalid_thread_ts")
+        status = params.text("status")
+        if status is None:
+            raise _missing("status")
+        loading = params.structured("loading_messages", "invalid_arguments") or []
+        if not isinstance(loading, list) or len(loading) > 10:
+            raise Refusal("invalid_arguments", messages=["loading_messages: at most 10"])
+        self.statuses.append(StatusUpdate(channel.id, thread_ts, status, tuple(loading)))
+        return {}
+
+    # --- streaming
+
+    def _start_stream(self, params: _Params) -> Json:
+        channel = self._member_channel(params)
+        thread_ts = params.required("thread_ts")
+        if not channel.is_im:
+            # "Required when streaming to channels" (docs.slack.dev chat.startStream)
+            for name in ("recipient_user_id", "recipient_team_id"):
+                if not params.text(name):
+                    raise Refusal(f"missing_{name}")
+            if params.text("recipient_user_id") not in self._users:
+                raise Refusal("user_not_found")
+        if params.text("task_display_mode") not in (None, "timeline", "plan"):
+            raise Refusal("invalid_arguments", messages=["task_display_mode: timeline or plan"])
+        message = Message(
+            channel=channel.id,
+            ts=self._next_ts(),
+            text="",
+            user=self.bot_user_id,
+            bot_id=self.bot_id,
+            thread_ts=self._thread_root(channel, thread_ts),
+            stream="streaming",
+        )
+        channel.messages[message.ts] = self._streamed(message, params)
+        self._stream_started[(channel.id, message.ts)] = self._now
+        return {"channel": channel.id, "ts": message.ts}
+
+    def _append_stream(self, params: _Params) -> Json:
+        channel, found = self._open_stream(params)
+        if not params.text("markdown_text") and not params.structured("chunks", "invalid_chunks"):
+            raise Refusal("no_text")
+        channel.messages[found.ts] = self._streamed(found, params)
+        return {"channel": channel.id, "ts": found.ts}
+
+    def _stop_stream(self, params: _Params) -> Json:
+        channel, found = self._open_stream(params)
+        blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format")) or ()
+        if params.text("session_status") not in (None, *_SESSION_STATUSES):
+            raise Refusal("invalid_arguments", messages=["session_status: unknown value"])
+        streamed = self._streamed(found, params)
+        stopped = dataclasses.replace(
+            streamed,
+            blocks=streamed.blocks + blocks,
+            stream="stopped",
+            metadata=params.structured("metadata", "invalid_metadata_format"),
+        )
+        channel.messages[found.ts] = stopped
+        return {"channel": channel.id, "ts": found.ts, "message": self._wire(channel, stopped)}
+
+    def _open_stream(self, params: _Params) -> tuple[_Channel, Message]:
+        channel = self._channel(params)
+        found = self._own_message(channel, params, not_owned="message_not_owned_by_app")
+        if found.stream != "streaming":
+            raise Refusal("message_not_in_streaming_state")
+        return channel, found
+
+    def _streamed(self, message: Message, params: _Params) -> Message:
+        """The message with this call's markdown_text and chunks applied, in that order."""
+        markdown = params.text("markdown_text") or ""
+        check_markdown(markdown)
+        chunks = checked_chunks(params.structured("chunks", "invalid_chunks"))
+        texts = [c["text"] for c in chunks if c["type"] == "markdown_text"]
+        blocks = [b for c in chunks if c["type"] == "blocks" for b in c["blocks"]]
+        if len(message.blocks) + len(blocks) > MAX_BLOCKS:
+            raise Refusal("invalid_blocks", messages=[f"no more than {MAX_BLOCKS} blocks"])
+        return dataclasses.replace(
+            message,
+            text=message.text + markdown + "".join(texts),
+            chunks=message.chunks + chunks,
+            blocks=message.blocks + tuple(blocks),
+        )
+
+    def _expire_due(self) -> None:
+        lifetime = round(self.stream_lifetime * 1_000_000)
+        for (channel, ts), started in self._stream_started.items():
+            if self._now - started >= lifetime:
+                self._end_stream(channel, ts, "expired")
+
+    def _end_stream(self, channel: str, ts: str, state: StreamState) -> None:
+        found = self._channels[channel].messages.get(ts)
+        if found is not None and found.stream == "streaming":
+            self._channels[channel].messages[ts] = dataclasses.replace(found, stream=state)
+
+    # --- shared checks
+
+    def _channel(self, params: _Params, name: str = "channel") -> _Channel:
+        channel = self._channels.get(params.text(name) or "")
+        if channel is None:
+            raise Refusal("channel_not_found")
+        return channel
+
+    def _member_channel(self, params: _Params) -> _Channel:
+        channel = self._channel(params)
+        if self.bot_user_id not in channel.members:
+            raise Refusal("not_in_channel")
+        return channel
+
+    def _own_message(self, channel: _Channel, params: _Params, *, not_owned: str) -> Message:
+        found = channel.messages.get(params.required("ts"))
+        if found is None:
+            raise Refusal("message_not_found")
+        if found.bot_id != self.bot_id:
+            raise Refusal(not_owned)
+        return found
+
+    def _content(self, params: _Params) -> tuple[str, tuple[Json, ...] | None]:
+        """A new message's text and blocks; at least one of text, markdown_text, blocks."""
+        text = params.text("text")
+        markdown = params.text("markdown_text")
+        blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format"))
+        if not text and not markdown and not blocks and not params.values.get("attachments"):
+            raise Refusal("no_text")
+        return self._checked_text(text, markdown), blocks
+
+    def _checked_text(self, text: str | None, markdown: str | None) -> str:
+        if text and len(text) > self.max_text_chars:
+            raise Refusal("msg_too_long")
+        if markdown:
+            check_markdown(markdown)
+        return text or markdown or ""
+
+    def _thread_root(self, channel: _Channel, thread_ts: str | None) -> str | None:
+        """A reply to a reply lands in the same thread, under the parent."""
+        if not thread_ts:
+            return None
+        target = channel.messages.get(thread_ts)
+        return target.thread_ts if target is not None and target.thread_ts else thread_ts
+
+    def _next_ts(self) -> str:
+        self._last_ts = max(self._last_ts + 100, self._now)
+        return _ts(self._last_ts)
+
+
+# --- helpers of the dispatch ---------------------------------------------------------
+
+
+async def _read(request: web.Request) -> tuple[Json, str | None]:
+    """The call's arguments (query and body) and the token it carries.
+
+    Slack reads a token from the Authorization header, or from a form or query
+    ``token`` field, but never from a JSON body.
+    """
+    values: Json = dict(request.query)
+    if request.method == "POST" and request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = json.loads(await request.text())
+            except json.JSONDecodeError:
+                raise Refusal("invalid_json") from None
+            if not isinstance(body, dict):
+                raise Refusal("invalid_json")
+            body.pop("token", None)
+            values.update(body)
+        else:
+            form = await request.post()
+            values.update({k: v for k, v in form.items() if isinstance(v, str)})
+    form_token = values.pop("token", None)
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credential:
+        return values, credential
+    return values, form_token if isinstance(form_token, str) else None
+
+
+def _redacted(request: web.Request) -> dict[str, str]:
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    if "authorization" in headers:
+        scheme = headers["authorization"].partition(" ")[0]
+        headers["authorization"] = f"{scheme} (redacted)"
+    return headers
+
+
+def _in_range(messages: list[Message], params: _Params) -> list[Message]:
+    """The messages between ``oldest`` and ``latest``, bounds included only when ``inclusive``."""
+    inclusive = params.flag("inclusive")
+    bounds = []
+    for name in ("oldest", "latest"):
+        value = params.text(name)
+        if value and not _is_ts(value):
+            raise Refusal(f"invalid_ts_{name}")
+        bounds.append(_micros(value) if value else None)
+    oldest, latest = bounds
+
+    def inside(message: Message) -> bool:
+        at = _micros(message.ts)
+        if oldest is not None and (at < oldest or (at == oldest and not inclusive)):
+            return False
+        return latest is None or at < latest or (at == latest and inclusive)
+
+    return [m for m in messages if inside(m)]
+
+
+def _cursor(ts: str) -> str:
+    """Slack's cursor shape: base64 of ``next_ts:<ts without the dot>``."""
+    return base64.b64encode(f"next_ts:{ts.replace('.', '')}".encode()).decode()
+
+
+def _cursor_position(cursor: str, messages: list[Message]) -> int:
+    try:
+        decoded = base64.b64decode(cursor, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise Refusal("invalid_cursor") from None
+    prefix, _, digits = decoded.partition(":")
+    for position, message in enumerate(messages):
+        if prefix == "next_ts" and message.ts.replace(".", "") == digits:
+            return position
+    raise Refusal("invalid_cursor")
