@@ -1,0 +1,80 @@
+"""The HTTP face of the Slack app: ``POST /slack/events`` and ``GET /healthz``.
+
+The signature is checked here before the body is parsed, so a forged request is
+refused whatever its body, and a signed body that is not what Slack sends gets a
+400 (Bolt itself would answer 500 and log a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.channel import SlackChannel
+
+__all__ = ["bolt_app", "web_app"]
+
+logger = logging.getLogger("bot.slack")
+
+
+def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
+    """The Bolt app: every subscribed event type has a listener (an unhandled one is retried)."""
+    bolt = AsyncApp(client=client, signing_secret=signing_secret)
+
+    async def on_message_event(body: dict[str, Any]) -> None:
+        channel.on_event(body)  # returns at once: the turn runs in a task of the channel's
+
+    async def on_nothing_to_do() -> None:
+        return None
+
+    bolt.event("app_mention")(on_message_event)
+    bolt.event("message")(on_message_event)
+    bolt.event("app_home_opened")(on_nothing_to_do)
+    return bolt
+
+
+def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
+    """An aiohttp application serving ``bolt`` on ``/slack/events``, and ``/healthz``."""
+    verifier = SignatureVerifier(signing_secret)
+
+    async def slack_events(request: web.Request) -> web.Response:
+        body = await request.text()
+        if not verifier.is_valid_request(body, dict(request.headers)):
+            return web.json_response({"error": "invalid signature"}, status=401)
+        if not _is_slack_body(body, request.content_type):
+            logger.warning("a signed request with a body Slack does not send was refused")
+            return web.json_response({"error": "malformed body"}, status=400)
+        bolt_request = AsyncBoltRequest(
+            body=body, query=request.query_string, headers=dict(request.headers)
+        )
+        return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/slack/events", slack_events)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def _is_slack_body(body: str, content_type: str) -> bool:
+    """Events come as a JSON object; interactivity and commands as a form (a JSON ``payload``)."""
+    try:
+        if content_type == "application/x-www-form-urlencoded":
+            form = parse_qs(body, strict_parsing=True)
+            payloads = form.get("payload")
+            return payloads is None or (
+                len(payloads) == 1 and isinstance(json.loads(payloads[0]), dict)
+            )
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False

@@ -1,0 +1,198 @@
+"""The Slack app end to end: signed HTTP requests in, replies in the fake Slack's threads.
+
+The app under test is the real aiohttp server with the real Bolt app behind it;
+its Web API client is the real slack_sdk client, pointed at a local fake Slack.
+Requests are signed with the signing secret exactly as Slack signs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import Agent, AgentRuntime, ModelRequest, SQLiteStore
+from agent.testing import ScriptedModel, reply
+from bot.slack.channel import FAILED_PREFIX, SlackChannel
+from bot.slack.server import bolt_app, web_app
+from tests.fakes.local_server import serve_locally
+from tests.fakes.slack_api import FakeSlack
+
+SECRET = "test-signing-secret"
+WAIT = 5.0
+
+
+def answer(request: ModelRequest) -> Any:
+    text = request.messages[-1].text
+    if "explode" in text:
+        raise RuntimeError("the model's backend is down")
+    return reply(f"you said: {text}")
+
+
+@dataclass
+class Bot:
+    slack: FakeSlack
+    url: str
+    http: aiohttp.ClientSession
+    model: ScriptedModel
+    runtime: AgentRuntime
+
+    def signed(self, body: str, *, at: float | None = None, secret: str = SECRET) -> dict[str, str]:
+        stamp = str(int(at if at is not None else time.time()))
+        signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body)
+        assert signature is not None
+        return {
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature,
+            "Content-Type": "application/json",
+        }
+
+    async def deliver(self, envelope: dict[str, Any], **signing: Any) -> int:
+        body = json.dumps(envelope)
+        headers = self.signed(body, **signing)
+        async with self.http.post(f"{self.url}/slack/events", data=body, headers=headers) as r:
+            return r.status
+
+    def envelope(self, event_type: str, text: str, ts: str, **event: Any) -> dict[str, Any]:
+        slack = self.slack
+        inner = {
+            "type": event_type,
+            "user": slack.user_id,
+            "text": text,
+            "ts": ts,
+            "channel": slack.channel_id,
+            "team": slack.team_id,
+            **event,
+        }
+        return {
+            "type": "event_callback",
+            "team_id": slack.team_id,
+            "api_app_id": slack.app_id,
+            "event_id": f"Ev{event_type}{ts}",
+            "event_time": int(time.time()),
+            "event": inner,
+        }
+
+    async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
+        """The bot's replies in a thread, once there are ``count`` of them."""
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            found = [m.text for m in self.slack.replies(self.slack.channel_id, thread_ts)]
+            if len(found) >= count:
+                return found
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {count} replies in {thread_ts}: {found}")
+
+
+@pytest.fixture
+async def bot(tmp_path) -> AsyncIterator[Bot]:
+    model = ScriptedModel(answer)
+    async with FakeSlack() as slack, aiohttp.ClientSession() as http:
+        store = await SQLiteStore.open(tmp_path / "bot.db")
+        runtime = AgentRuntime(store, Agent(name="bot", model=model))
+        await runtime.start()
+        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+        channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
+        runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
+        try:
+            yield Bot(slack, url, http, model, runtime)
+        finally:
+            await runner.cleanup()
+            await channel.drain(grace=1.0)
+            await runtime.close()
+            await store.close()
+
+
+async def test_a_mention_at_top_level_is_answered_in_a_thread_under_it(bot: Bot):
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> when is the deploy?")
+
+    status = await bot.deliver(bot.envelope("app_mention", "<@U0BOT> when is the deploy?", ts))
+
+    assert status == 200
+    assert await bot.replies_in(ts) == ["you said: when is the deploy?"]
+    [post] = bot.slack.calls_to("chat.postMessage")
+    assert post.params["thread_ts"] == ts
+
+
+async def test_a_retried_event_and_its_message_copy_make_one_turn_and_one_reply(bot: Bot):
+    text = "<@U0BOT> once please"
+    ts = bot.slack.post_user_message(bot.slack.channel_id, text)
+    mention = bot.envelope("app_mention", text, ts)
+    copy = bot.envelope("message", text, ts, channel_type="channel")
+
+    deliveries = (bot.deliver(mention), bot.deliver(mention), bot.deliver(copy))
+    statuses = list(await asyncio.gather(*deliveries))
+
+    assert statuses == [200, 200, 200]
+    assert await bot.replies_in(ts) == ["you said: once please"]
+    await asyncio.sleep(0.2)  # time for a second reply, were there one
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 1
+    assert len(bot.model.requests) == 1
+
+
+async def test_a_follow_up_without_a_mention_is_answered_only_in_the_bots_threads(bot: Bot):
+    root = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> first")
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> first", root))
+    await bot.replies_in(root)
+    follow = bot.slack.post_user_message(bot.slack.channel_id, "and second", thread_ts=root)
+    other = bot.slack.post_user_message(bot.slack.channel_id, "lunch?")
+    elsewhere = bot.slack.post_user_message(bot.slack.channel_id, "ok", thread_ts=other)
+
+    await bot.deliver(bot.envelope("message", "and second", follow, thread_ts=root))
+    await bot.deliver(bot.envelope("message", "ok", elsewhere, thread_ts=other))
+
+    assert await bot.replies_in(root, 3) == [
+        "you said: first",
+        "and second",
+        "you said: and second",
+    ]
+    await asyncio.sleep(0.2)
+    assert [m.text for m in bot.slack.replies(bot.slack.channel_id, other)] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    "signing",
+    [{"secret": "not-the-secret"}, {"at": time.time() - 10 * 60}],
+    ids=["forged", "stale"],
+)
+async def test_a_forged_or_stale_request_is_refused_and_starts_nothing(bot: Bot, signing):
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> hi")
+
+    status = await bot.deliver(bot.envelope("app_mention", "<@U0BOT> hi", ts), **signing)
+
+    assert status == 401
+    await asyncio.sleep(0.1)
+    assert not bot.model.requests
+    assert not bot.slack.calls_to("chat.postMessage")
+
+
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]", ""], ids=["broken", "array", "empty"])
+async def test_a_signed_but_malformed_body_gets_a_400(bot: Bot, body: str):
+    headers = bot.signed(body)
+    async with bot.http.post(f"{bot.url}/slack/events", data=body, headers=headers) as response:
+        assert response.status == 400
+    assert not bot.model.requests
+
+
+async def test_a_failed_turn_says_so_in_the_thread(bot: Bot):
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> explode")
+
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> explode", ts))
+
+    [said] = await bot.replies_in(ts)
+    assert said.startswith(FAILED_PREFIX)
+    assert "the model's backend is down" in said
+    assert "Traceback" not in said
+
+
+async def test_health_check(bot: Bot):
+    async with bot.http.get(f"{bot.url}/healthz") as response:
+        assert (response.status, await response.text()) == (200, "ok")
