@@ -12,13 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import AgentRuntime
+from agent import AgentRuntime, ConflictError, InvalidAnswerError, ResumeAuthorizationError
 from agent.events import TurnEvent
+from agent.hitl import REQUEST_ADAPTER
+from bot.slack.blocks import (
+    Decision,
+    approval_blocks,
+    decided_blocks,
+    read_decision,
+    who_may_answer,
+)
 from bot.slack.inbound import Ignored, Inbound, read_event
 
 __all__ = ["SlackChannel"]
@@ -88,24 +97,92 @@ class SlackChannel:
             if any(t.turn_id == turn_id for t in await session.turns()):
                 return  # admitted before: its reply is on its way, or landed
             await session.start(inbound.input, turn_id=turn_id)
-            await self._reply(inbound, turn_id)
+            await self._reply(
+                _Thread(inbound.channel, inbound.thread_ts, inbound.session_id), turn_id
+            )
         finally:
             self._claimed.discard(turn_id)
 
-    async def _reply(self, inbound: Inbound, turn_id: str) -> None:
-        session = self.runtime.session(self.agent, inbound.session_id)
+    async def _reply(self, thread: _Thread, turn_id: str) -> None:
+        """Show the turn in its thread until it ends or waits for a person."""
+        session = self.runtime.session(self.agent, thread.session_id)
         async for event in session.stream(turn_id):
+            if event.type == "input.requested":
+                request = REQUEST_ADAPTER.validate_python(event.request)
+                blocks = approval_blocks(thread.session_id, turn_id, request)
+                await self._post(thread, turn_id, f"Approval needed: {request.prompt}", blocks)
+                continue
             text = _final_text(event)
             if text is not None:
-                await self._post(inbound, turn_id, text)
+                await self._post(thread, turn_id, text)
 
-    async def _post(self, inbound: Inbound, turn_id: str, text: str) -> None:
+    async def _post(
+        self, thread: _Thread, turn_id: str, text: str, blocks: list[Any] | None = None
+    ) -> None:
         try:
             await self.client.chat_postMessage(
-                channel=inbound.channel, thread_ts=inbound.thread_ts, text=text
+                channel=thread.channel, thread_ts=thread.thread_ts, text=text, blocks=blocks
             )
         except SlackApiError as exc:
             logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
+
+    # -- Approve / Deny ---------------------------------------------------------------
+
+    def on_decision(self, body: dict[str, Any]) -> None:
+        """Take a verified click on Approve or Deny; it is settled in a task of ours."""
+        actions = body.get("actions") or [{}]
+        decision = read_decision(actions[0])
+        if decision is None:
+            logger.warning("a button click with a value this app did not write was ignored")
+            return
+        self.spawn(self._decide(decision, body), name=f"decide {decision.turn_id}")
+
+    async def _decide(self, decision: Decision, body: dict[str, Any]) -> None:
+        clicker = str(body["user"]["id"])  # from the signed payload: attested
+        message = body.get("message") or {}
+        channel = str(body["container"]["channel_id"])
+        thread = _Thread(
+            channel, str(message.get("thread_ts") or message.get("ts")), decision.session_id
+        )
+        session = self.runtime.session(self.agent, decision.session_id)
+        parked = await session.parked()
+        try:
+            await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
+        except ResumeAuthorizationError:
+            who = who_may_answer(parked.request) if parked else "someone else"
+            await self._tell(channel, clicker, thread, f"Only {who} can answer this request.")
+            return
+        except (ConflictError, InvalidAnswerError) as exc:
+            await self._tell(channel, clicker, thread, str(exc))
+            return
+        prompt = parked.request.prompt if parked else ""
+        try:
+            await self.client.chat_update(
+                channel=channel,
+                ts=str(body["container"]["message_ts"]),
+                text=f"{'Approved' if decision.approved else 'Denied'} by <@{clicker}>",
+                blocks=decided_blocks(prompt, by=clicker, approved=decision.approved),
+            )
+        except SlackApiError as exc:
+            logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
+        await self._reply(thread, decision.turn_id)
+
+    async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
+        try:
+            await self.client.chat_postEphemeral(
+                channel=channel, user=user, thread_ts=thread.thread_ts, text=text
+            )
+        except SlackApiError as exc:
+            logger.error("could not tell %s privately: %s", user, exc.response.get("error"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    """Where a turn's reply goes, and the session it belongs to."""
+
+    channel: str
+    thread_ts: str
+    session_id: str
 
 
 def _final_text(event: TurnEvent) -> str | None:

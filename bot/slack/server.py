@@ -18,6 +18,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.blocks import APPROVE, DENY
 from bot.slack.channel import SlackChannel
 
 __all__ = ["bolt_app", "web_app"]
@@ -35,6 +36,12 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     async def on_nothing_to_do() -> None:
         return None
 
+    async def on_decision(ack: Any, body: dict[str, Any]) -> None:
+        await ack()  # at once: the decision is settled in a task of the channel's
+        channel.on_decision(body)
+
+    bolt.action(APPROVE)(on_decision)
+    bolt.action(DENY)(on_decision)
     bolt.event("app_mention")(on_message_event)
     bolt.event("message")(on_message_event)
     bolt.event("app_home_opened")(on_nothing_to_do)

@@ -13,27 +13,40 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Agent, AgentRuntime, ModelRequest, SQLiteStore
-from agent.testing import ScriptedModel, reply
+from agent import Agent, AgentRuntime, ModelRequest, SQLiteStore, ToolContext, ToolMessage, tool
+from agent.testing import ScriptedModel, call, reply
 from bot.slack.channel import FAILED_PREFIX, SlackChannel
 from bot.slack.server import bolt_app, web_app
 from tests.fakes.local_server import serve_locally
-from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_api import FakeSlack, Message
 
 SECRET = "test-signing-secret"
 WAIT = 5.0
 
 
+@tool
+async def announce(text: str, ctx: ToolContext) -> dict[str, Any]:
+    """Post an announcement once the person who asked approves it."""
+    approved = await ctx.request_input(id="approve", prompt=f"Announce *{text}*?")
+    return {"announced": approved is True}
+
+
 def answer(request: ModelRequest) -> Any:
-    text = request.messages[-1].text
+    last = request.messages[-1]
+    if isinstance(last, ToolMessage):
+        return reply(f"done: {last.result}")
+    text = last.text
     if "explode" in text:
         raise RuntimeError("the model's backend is down")
+    if text.startswith("announce "):
+        return reply("", call("announce", {"text": text.removeprefix("announce ")}))
     return reply(f"you said: {text}")
 
 
@@ -81,6 +94,46 @@ class Bot:
             "event": inner,
         }
 
+    async def click(self, button: str, user: str, approval: Message) -> int:
+        """A signed click on a button of ``approval``, as Slack posts it."""
+        [actions] = [b for b in approval.blocks if b["type"] == "actions"]
+        [element] = [e for e in actions["elements"] if e["action_id"] == button]
+        payload = {
+            "type": "block_actions",
+            "user": {"id": user, "team_id": self.slack.team_id},
+            "team": {"id": self.slack.team_id},
+            "api_app_id": self.slack.app_id,
+            "container": {
+                "type": "message",
+                "message_ts": approval.ts,
+                "channel_id": approval.channel,
+                "is_ephemeral": False,
+            },
+            "channel": {"id": approval.channel},
+            "message": {"ts": approval.ts, "thread_ts": approval.thread_ts, "text": approval.text},
+            "actions": [
+                {
+                    "type": "button",
+                    "action_id": button,
+                    "block_id": actions["block_id"],
+                    "value": element["value"],
+                }
+            ],
+        }
+        body = urlencode({"payload": json.dumps(payload)})
+        headers = self.signed(body) | {"Content-Type": "application/x-www-form-urlencoded"}
+        async with self.http.post(f"{self.url}/slack/events", data=body, headers=headers) as r:
+            return r.status
+
+    async def ephemerals_to(self, user: str, count: int = 1) -> list[str]:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            found = [e.text for e in self.slack.ephemerals if e.user == user]
+            if len(found) >= count:
+                return found
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {count} private messages to {user}")
+
     async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
         """The bot's replies in a thread, once there are ``count`` of them."""
         deadline = time.monotonic() + WAIT
@@ -97,7 +150,7 @@ async def bot(tmp_path) -> AsyncIterator[Bot]:
     model = ScriptedModel(answer)
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         store = await SQLiteStore.open(tmp_path / "bot.db")
-        runtime = AgentRuntime(store, Agent(name="bot", model=model))
+        runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=[announce]))
         await runtime.start()
         client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
@@ -196,3 +249,69 @@ async def test_a_failed_turn_says_so_in_the_thread(bot: Bot):
 async def test_health_check(bot: Bot):
     async with bot.http.get(f"{bot.url}/healthz") as response:
         assert (response.status, await response.text()) == (200, "ok")
+
+
+# -- Approve / Deny ----------------------------------------------------------------------------
+
+
+async def ask_for_approval(bot: Bot, text: str = "announce the deploy") -> tuple[str, Message]:
+    ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
+    await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts))
+    await bot.replies_in(ts)
+    [approval] = bot.slack.replies(bot.slack.channel_id, ts)
+    return ts, approval
+
+
+async def test_the_speaker_approves_and_the_turn_goes_on_in_the_thread(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+    assert approval.text == "Approval needed: Announce *the deploy*?"
+    buttons = next(b for b in approval.blocks if b["type"] == "actions")["elements"]
+    assert [(b["text"]["text"], b.get("style")) for b in buttons] == [
+        ("Approve", "primary"),
+        ("Deny", None),
+    ]
+
+    assert await bot.click("turn_approve", bot.slack.user_id, approval) == 200
+
+    said = await bot.replies_in(ts, 2)
+    assert said[1] == "done: {'announced': True}"
+    [decided] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
+    assert not [b for b in decided.blocks if b["type"] == "actions"]  # the buttons are gone
+    assert f"Approved by <@{bot.slack.user_id}>" in json.dumps(decided.blocks)
+
+
+async def test_deny_tells_the_model_it_was_denied(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+
+    await bot.click("turn_deny", bot.slack.user_id, approval)
+
+    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': False}"
+    assert "Denied by" in json.dumps(bot.slack.replies(bot.slack.channel_id, ts)[0].blocks)
+
+
+async def test_another_user_is_refused_privately_and_the_buttons_stay(bot: Bot):
+    bot.slack.add_user("U0BEN", name="ben")
+    bot.slack.join(bot.slack.channel_id, "U0BEN")
+    ts, approval = await ask_for_approval(bot)
+
+    assert await bot.click("turn_approve", "U0BEN", approval) == 200
+
+    [refusal] = await bot.ephemerals_to("U0BEN")
+    assert refusal == f"Only <@{bot.slack.user_id}> can answer this request."
+    await asyncio.sleep(0.1)
+    [still] = bot.slack.replies(bot.slack.channel_id, ts)
+    assert [b for b in still.blocks if b["type"] == "actions"]
+    assert not bot.slack.calls_to("chat.update")
+    assert len(bot.model.requests) == 1
+
+
+async def test_a_second_click_is_told_who_settled_it(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    await bot.replies_in(ts, 2)
+
+    await bot.click("turn_deny", bot.slack.user_id, approval)
+
+    [told] = await bot.ephemerals_to(bot.slack.user_id)
+    assert f"already answered by {bot.slack.user_id}: True" in told
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2

@@ -380,6 +380,12 @@ class FakeSlack:
             channel_id, name or channel_id.lower(), member_ids, is_private, is_im
         )
 
+    def join(self, channel_id: str, user_id: str) -> None:
+        """Add a known user to a conversation."""
+        if user_id not in self._users:
+            raise ValueError(f"add the user {user_id} first")
+        self._channels[channel_id].members.add(user_id)
+
     def post_user_message(
         self, channel: str, text: str, *, user: str | None = None, thread_ts: str | None = None
     ) -> str:
