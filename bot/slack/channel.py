@@ -18,7 +18,13 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import AgentRuntime, ConflictError, InvalidAnswerError, ResumeAuthorizationError
+from agent import (
+    AgentRuntime,
+    ConflictError,
+    InvalidAnswerError,
+    ResumeAuthorizationError,
+    SessionSuspendedError,
+)
 from agent.events import TurnEvent
 from agent.hitl import REQUEST_ADAPTER
 from bot.slack.blocks import (
@@ -35,6 +41,16 @@ __all__ = ["SlackChannel"]
 logger = logging.getLogger("bot.slack")
 
 FAILED_PREFIX = "Sorry, I could not finish this:"
+SUPERSEDED = "_(superseded by a newer message)_"
+CANCELLED = {
+    "replaced": SUPERSEDED,
+    "requested": "_(cancelled)_",
+    "reset": "_(stopped: this conversation was reset)_",
+    "timeout": "_(stopped: this took longer than a turn may)_",
+}
+WAITING_FOR_APPROVAL = (
+    "This thread is waiting for an approval above; answer it first, then ask again."
+)
 
 
 class SlackChannel:
@@ -45,15 +61,24 @@ class SlackChannel:
         agent: The agent that answers.
         client: Slack's Web API, with the bot token.
         bot_user_id: The bot's own user id (``auth.test``).
+        replace_in_flight: A newer message in a thread supersedes the thread's
+            unfinished turn (never one waiting for an approval).
     """
 
     def __init__(
-        self, runtime: AgentRuntime, agent: str, client: AsyncWebClient, *, bot_user_id: str
+        self,
+        runtime: AgentRuntime,
+        agent: str,
+        client: AsyncWebClient,
+        *,
+        bot_user_id: str,
+        replace_in_flight: bool = True,
     ) -> None:
         self.runtime = runtime
         self.agent = agent
         self.client = client
         self.bot_user_id = bot_user_id
+        self.replace_in_flight = replace_in_flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
         """Turns this process is admitting or answering: a second delivery waits for none."""
@@ -96,7 +121,13 @@ class SlackChannel:
                 return  # a thread the bot takes no part in
             if any(t.turn_id == turn_id for t in await session.turns()):
                 return  # admitted before: its reply is on its way, or landed
-            await session.start(inbound.input, turn_id=turn_id)
+            thread = _Thread(inbound.channel, inbound.thread_ts, inbound.session_id)
+            try:
+                await session.start(inbound.input, turn_id=turn_id, replace=self.replace_in_flight)
+            except SessionSuspendedError:
+                speaker = inbound.input.user or ""
+                await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
+                return
             await self._reply(
                 _Thread(inbound.channel, inbound.thread_ts, inbound.session_id), turn_id
             )
@@ -191,4 +222,6 @@ def _final_text(event: TurnEvent) -> str | None:
         return event.text or "(no text)"
     if event.type == "turn.failed":
         return f"{FAILED_PREFIX} {event.error}"
+    if event.type == "turn.cancelled":
+        return CANCELLED.get(event.reason, f"_(stopped: {event.reason})_")
     return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -20,9 +20,18 @@ import pytest
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Agent, AgentRuntime, ModelRequest, SQLiteStore, ToolContext, ToolMessage, tool
+from agent import (
+    Agent,
+    AgentRuntime,
+    ModelRequest,
+    SQLiteStore,
+    ToolContext,
+    ToolMessage,
+    UserMessage,
+    tool,
+)
 from agent.testing import ScriptedModel, call, reply
-from bot.slack.channel import FAILED_PREFIX, SlackChannel
+from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL, SlackChannel
 from bot.slack.server import bolt_app, web_app
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import FakeSlack, Message
@@ -38,7 +47,20 @@ async def announce(text: str, ctx: ToolContext) -> dict[str, Any]:
     return {"announced": approved is True}
 
 
-def answer(request: ModelRequest) -> Any:
+def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelRequest], Awaitable[Any]]:
+    """The model: it echoes, calls ``announce`` when asked, and takes its time when told to."""
+
+    async def answer(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if isinstance(last, UserMessage) and "slowly" in last.text:
+            held.set()
+            await hold.wait()
+        return _answer(request)
+
+    return answer
+
+
+def _answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
         return reply(f"done: {last.result}")
@@ -57,6 +79,10 @@ class Bot:
     http: aiohttp.ClientSession
     model: ScriptedModel
     runtime: AgentRuntime
+    hold: asyncio.Event
+    """Set it to let a question asked "slowly" be answered."""
+    held: asyncio.Event
+    """Set once the model holds a question asked "slowly"."""
 
     def signed(self, body: str, *, at: float | None = None, secret: str = SECRET) -> dict[str, str]:
         stamp = str(int(at if at is not None else time.time()))
@@ -147,7 +173,8 @@ class Bot:
 
 @pytest.fixture
 async def bot(tmp_path) -> AsyncIterator[Bot]:
-    model = ScriptedModel(answer)
+    hold, held = asyncio.Event(), asyncio.Event()
+    model = ScriptedModel(answering(hold, held))
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         store = await SQLiteStore.open(tmp_path / "bot.db")
         runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=[announce]))
@@ -156,7 +183,7 @@ async def bot(tmp_path) -> AsyncIterator[Bot]:
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
         runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
         try:
-            yield Bot(slack, url, http, model, runtime)
+            yield Bot(slack, url, http, model, runtime, hold, held)
         finally:
             await runner.cleanup()
             await channel.drain(grace=1.0)
@@ -315,3 +342,36 @@ async def test_a_second_click_is_told_who_settled_it(bot: Bot):
     [told] = await bot.ephemerals_to(bot.slack.user_id)
     assert f"already answered by {bot.slack.user_id}: True" in told
     assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2
+
+
+# -- replace in flight -------------------------------------------------------------------------
+
+
+async def test_a_newer_message_supersedes_the_unfinished_reply(bot: Bot):
+    root = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> think slowly")
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> think slowly", root))
+    await asyncio.wait_for(bot.held.wait(), WAIT)
+    text = "<@U0BOT> actually, quickly"
+    newer = bot.slack.post_user_message(bot.slack.channel_id, text, thread_ts=root)
+
+    await bot.deliver(bot.envelope("app_mention", text, newer, thread_ts=root))
+
+    said = await bot.replies_in(root, 3)
+    assert said[1:] == [SUPERSEDED, "you said: actually, quickly"]
+    team, channel = bot.slack.team_id, bot.slack.channel_id
+    assert [r.turn_id for r in bot.model.requests] == [
+        f"{team}:{channel}:{root}",
+        f"{team}:{channel}:{newer}",
+    ]
+
+
+async def test_a_newer_message_never_supersedes_an_approval(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+    newer = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> hurry", thread_ts=ts)
+
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> hurry", newer, thread_ts=ts))
+
+    assert await bot.ephemerals_to(bot.slack.user_id) == [WAITING_FOR_APPROVAL]
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    said = await bot.replies_in(ts, 3)
+    assert said[-1] == "done: {'announced': True}"
