@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 
 from agent import ConfigError, open_store
@@ -42,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Cannot start; fix these settings first:\n{problems}", file=sys.stderr)
         return 2
     if settings.has_slack:
-        print(messages.SLACK_NOT_BUILT, file=sys.stderr)
-        return 2
+        from bot.slack.serve import serve_slack  # Bolt and aiohttp: only when serving Slack
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        asyncio.run(serve_slack(settings))
+        return 0
     asyncio.run(run_terminal(settings, args or None))
     return 0
 

@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr | None = None
     slack_api_url: str = SLACK_API_URL
     """Base URL of Slack's Web API; tests point it at a local fake."""
+    replace_in_flight: bool = True
+    """A newer message in a thread supersedes the thread's unfinished reply."""
     port: int = 3000
     """Where ``POST /slack/events`` and ``GET /healthz`` are served (HTTP mode)."""
     database_url: str = "sqlite:///data/bot.db"

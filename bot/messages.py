@@ -15,12 +15,6 @@ then set in the environment or a .env file:
                         with it and no Slack credentials, this terminal chat uses Claude)
 """
 
-SLACK_NOT_BUILT = """\
-Slack credentials are set, but serving Slack is not part of this build yet:
-the Slack app (events, streaming replies, Approve/Deny) is the next piece of work.
-Unset the SLACK_* variables to try the durable engine offline.
-"""
-
 
 def offline_intro(database: str) -> str:
     """What the offline demo says before it starts."""

@@ -157,6 +157,25 @@ class SlackChannel:
         except SlackApiError as exc:
             logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
 
+    async def resume_replies(self) -> int:
+        """Deliver the replies of turns a stopped process left unfinished (at start-up).
+
+        The runtime resumes those turns; this puts what they say where their
+        speaker waits: the thread the turn's event came from.
+        """
+        count = 0
+        for key, record in await self.runtime.store.unfinished_turns():
+            event = record.input.event
+            if key.agent != self.agent or event is None or event.source != "slack":
+                continue
+            channel, thread_ts = event.data.get("channel"), event.data.get("thread_ts")
+            if not (isinstance(channel, str) and isinstance(thread_ts, str)):
+                continue
+            thread = _Thread(channel, thread_ts, key.session_id)
+            self.spawn(self._reply(thread, record.turn_id), name=f"reply {record.turn_id}")
+            count += 1
+        return count
+
     # -- Approve / Deny ---------------------------------------------------------------
 
     def on_decision(self, body: dict[str, Any]) -> None:

@@ -161,14 +161,9 @@ class Bot:
         raise AssertionError(f"no {count} private messages to {user}")
 
     async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
-        """The bot's replies in a thread, once there are ``count`` of them."""
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            found = [m.text for m in self.slack.replies(self.slack.channel_id, thread_ts)]
-            if len(found) >= count:
-                return found
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"no {count} replies in {thread_ts}: {found}")
+        """The texts of a thread's replies, once there are ``count`` of them."""
+        found = await self.slack.wait_for_replies(self.slack.channel_id, thread_ts, count)
+        return [m.text for m in found]
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ leaves, status timeouts, edit windows, files, reactions, events.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import collections
@@ -453,6 +454,21 @@ class FakeSlack:
 
     def replies(self, channel: str, thread_ts: str) -> list[Message]:
         return [m for m in self.thread(channel, thread_ts) if m.ts != thread_ts]
+
+    async def wait_for_replies(
+        self, channel: str, thread_ts: str, count: int = 1, *, within: float = 5.0
+    ) -> list[Message]:
+        """The thread's replies once there are at least ``count``; fails after ``within`` s."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            found = self.replies(channel, thread_ts)
+            if len(found) >= count:
+                return found
+            await asyncio.sleep(0.01)
+        raise AssertionError(
+            f"fewer than {count} replies in {channel}/{thread_ts} after {within}s: "
+            f"{[m.text for m in self.replies(channel, thread_ts)]}"
+        )
 
     def status(self, channel: str, thread_ts: str) -> str:
         """The thread's last status, "" when none was set or it was cleared."""
