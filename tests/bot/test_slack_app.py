@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 from slack_sdk.signature import SignatureVerifier
-from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     Agent,
@@ -31,7 +30,9 @@ from agent import (
     tool,
 )
 from agent.testing import ScriptedModel, call, reply
+from bot.config import Settings
 from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL, SlackChannel
+from bot.slack.serve import slack_client
 from bot.slack.server import bolt_app, web_app
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import FakeSlack, Message
@@ -174,7 +175,9 @@ async def bot(tmp_path) -> AsyncIterator[Bot]:
         store = await SQLiteStore.open(tmp_path / "bot.db")
         runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=[announce]))
         await runtime.start()
-        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+        client = slack_client(
+            Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
+        )
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
         runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
         try:
@@ -370,3 +373,15 @@ async def test_a_newer_message_never_supersedes_an_approval(bot: Bot):
     await bot.click("turn_approve", bot.slack.user_id, approval)
     said = await bot.replies_in(ts, 3)
     assert said[-1] == "done: {'announced': True}"
+
+
+async def test_a_rate_limited_reply_waits_as_slack_says_and_lands(bot: Bot):
+    bot.slack.fail_next("chat.postMessage", "ratelimited", status=429, retry_after=1)
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> busy day")
+
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> busy day", ts))
+
+    assert await bot.replies_in(ts) == ["you said: busy day"]
+    limited, landed = bot.slack.calls_to("chat.postMessage")
+    assert (limited.status, landed.status) == (429, 200)
+    assert landed.at - limited.at >= 1.0
