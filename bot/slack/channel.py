@@ -35,6 +35,7 @@ from bot.slack.blocks import (
     who_may_answer,
 )
 from bot.slack.inbound import Ignored, Inbound, read_event
+from bot.slack.reply import ThreadReply
 
 __all__ = ["SlackChannel"]
 
@@ -42,6 +43,7 @@ logger = logging.getLogger("bot.slack")
 
 FAILED_PREFIX = "Sorry, I could not finish this:"
 SUPERSEDED = "_(superseded by a newer message)_"
+RETRYING = "_(the reply broke off; asking again)_"
 CANCELLED = {
     "replaced": SUPERSEDED,
     "requested": "_(cancelled)_",
@@ -63,6 +65,7 @@ class SlackChannel:
         bot_user_id: The bot's own user id (``auth.test``).
         replace_in_flight: A newer message in a thread supersedes the thread's
             unfinished turn (never one waiting for an approval).
+        flush_every: Seconds between appends to a streamed reply.
     """
 
     def __init__(
@@ -73,12 +76,14 @@ class SlackChannel:
         *,
         bot_user_id: str,
         replace_in_flight: bool = True,
+        flush_every: float = 0.4,
     ) -> None:
         self.runtime = runtime
         self.agent = agent
         self.client = client
         self.bot_user_id = bot_user_id
         self.replace_in_flight = replace_in_flight
+        self.flush_every = flush_every
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
         """Turns this process is admitting or answering: a second delivery waits for none."""
@@ -137,15 +142,47 @@ class SlackChannel:
     async def _reply(self, thread: _Thread, turn_id: str) -> None:
         """Show the turn in its thread until it ends or waits for a person."""
         session = self.runtime.session(self.agent, thread.session_id)
-        async for event in session.stream(turn_id):
-            if event.type == "input.requested":
-                request = REQUEST_ADAPTER.validate_python(event.request)
-                blocks = approval_blocks(thread.session_id, turn_id, request)
-                await self._post(thread, turn_id, f"Approval needed: {request.prompt}", blocks)
-                continue
-            text = _final_text(event)
-            if text is not None:
-                await self._post(thread, turn_id, text)
+        record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+        speaker = record.input.event if record is not None else None
+        reply = ThreadReply(
+            self.client,
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            recipient_user=speaker.user if speaker else None,
+            team=str(speaker.data.get("team")) if speaker else None,
+            flush_every=self.flush_every,
+        )
+        attempt, after_tools = 1, False
+        try:
+            async for event in session.stream(turn_id):
+                if event.type == "turn.started":
+                    await reply.thinking()
+                elif event.type == "message.delta":
+                    if event.attempt > attempt:  # the model's reply broke off and is asked again
+                        attempt = event.attempt
+                        await reply.add_text(f"\n\n{RETRYING}\n\n")
+                    if after_tools and reply.has_text:  # a new step: a paragraph of its own
+                        await reply.add_text("\n\n")
+                    after_tools = False
+                    await reply.add_text(event.text)
+                elif event.type == "action.requested":
+                    await reply.task(event.call_id, event.name, "in_progress")
+                elif event.type == "action.completed":
+                    await reply.task(
+                        event.call_id, event.name, "error" if event.error else "complete"
+                    )
+                    after_tools = True
+                elif event.type == "input.requested":
+                    await reply.finish()
+                    request = REQUEST_ADAPTER.validate_python(event.request)
+                    blocks = approval_blocks(thread.session_id, turn_id, request)
+                    await self._post(thread, turn_id, f"Approval needed: {request.prompt}", blocks)
+                elif event.type == "turn.completed":
+                    await reply.finish(final=event.text or "(no text)")
+                elif event.type in ("turn.failed", "turn.cancelled"):
+                    await reply.finish(note=_final_text(event))
+        except SlackApiError as exc:
+            logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
 
     async def _post(
         self, thread: _Thread, turn_id: str, text: str, blocks: list[Any] | None = None
@@ -236,9 +273,7 @@ class _Thread:
 
 
 def _final_text(event: TurnEvent) -> str | None:
-    """What the thread shows for an event that ends the turn's reply, if it does."""
-    if event.type == "turn.completed":
-        return event.text or "(no text)"
+    """The closing line of a turn that ended without its reply, if it did."""
     if event.type == "turn.failed":
         return f"{FAILED_PREFIX} {event.error}"
     if event.type == "turn.cancelled":

@@ -24,18 +24,20 @@ from agent import (
     AgentRuntime,
     ModelRequest,
     SQLiteStore,
+    TextDelta,
     ToolContext,
     ToolMessage,
     UserMessage,
     tool,
 )
+from agent.model import ModelStreamEvent
 from agent.testing import ScriptedModel, call, reply
 from bot.config import Settings
 from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL, SlackChannel
 from bot.slack.serve import slack_client
 from bot.slack.server import bolt_app, web_app
 from tests.fakes.local_server import serve_locally
-from tests.fakes.slack_api import FakeSlack, Message
+from tests.fakes.slack_api import STREAM_METHODS, FakeSlack, Message
 
 SECRET = "test-signing-secret"
 WAIT = 5.0
@@ -73,12 +75,36 @@ def _answer(request: ModelRequest) -> Any:
     return reply(f"you said: {text}")
 
 
+class PausingModel:
+    """The scripted model; a question asked "in two parts" pauses between them until ``hold``."""
+
+    def __init__(self, inner: ScriptedModel, hold: asyncio.Event, held: asyncio.Event) -> None:
+        self.inner, self.hold, self.held = inner, hold, held
+
+    @property
+    def requests(self) -> Any:
+        return self.inner.requests
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        last = request.messages[-1]
+        if not (isinstance(last, UserMessage) and "in two parts" in last.text):
+            async for event in self.inner.stream(request):
+                yield event
+            return
+        self.inner.requests.append(request)
+        yield TextDelta(text="Part one. ")
+        self.held.set()
+        await self.hold.wait()
+        yield TextDelta(text="Part two.")
+        yield reply("Part one. Part two.")
+
+
 @dataclass
 class Bot:
     slack: FakeSlack
     url: str
     http: aiohttp.ClientSession
-    model: ScriptedModel
+    model: PausingModel
     runtime: AgentRuntime
     hold: asyncio.Event
     """Set it to let a question asked "slowly" be answered."""
@@ -170,7 +196,7 @@ class Bot:
 @pytest.fixture
 async def bot(tmp_path) -> AsyncIterator[Bot]:
     hold, held = asyncio.Event(), asyncio.Event()
-    model = ScriptedModel(answering(hold, held))
+    model = PausingModel(ScriptedModel(answering(hold, held)), hold, held)
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         store = await SQLiteStore.open(tmp_path / "bot.db")
         runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=[announce]))
@@ -196,8 +222,10 @@ async def test_a_mention_at_top_level_is_answered_in_a_thread_under_it(bot: Bot)
 
     assert status == 200
     assert await bot.replies_in(ts) == ["you said: when is the deploy?"]
-    [post] = bot.slack.calls_to("chat.postMessage")
-    assert post.params["thread_ts"] == ts
+    [start] = bot.slack.calls_to("chat.startStream")  # streamed as it was written
+    assert start.params["thread_ts"] == ts
+    assert start.params["recipient_user_id"] == bot.slack.user_id
+    assert len(bot.slack.calls_to("chat.stopStream")) == 1
 
 
 async def test_a_retried_event_and_its_message_copy_make_one_turn_and_one_reply(bot: Bot):
@@ -376,12 +404,48 @@ async def test_a_newer_message_never_supersedes_an_approval(bot: Bot):
 
 
 async def test_a_rate_limited_reply_waits_as_slack_says_and_lands(bot: Bot):
-    bot.slack.fail_next("chat.postMessage", "ratelimited", status=429, retry_after=1)
+    bot.slack.fail_next("chat.startStream", "ratelimited", status=429, retry_after=1)
     ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> busy day")
 
     await bot.deliver(bot.envelope("app_mention", "<@U0BOT> busy day", ts))
 
     assert await bot.replies_in(ts) == ["you said: busy day"]
-    limited, landed = bot.slack.calls_to("chat.postMessage")
+    limited, landed = bot.slack.calls_to("chat.startStream")
     assert (limited.status, landed.status) == (429, 200)
     assert landed.at - limited.at >= 1.0
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+async def test_without_streaming_the_reply_is_posted_as_one_message(bot: Bot):
+    bot.slack.disable(*STREAM_METHODS)
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> no streams here")
+
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> no streams here", ts))
+
+    assert await bot.replies_in(ts) == ["you said: no streams here"]
+    assert [c.error for c in bot.slack.calls_to("chat.startStream")] == ["unknown_method"]
+
+
+async def test_a_stream_slack_closed_mid_reply_is_finished_by_updating_the_message(bot: Bot):
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> answer in two parts")
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> answer in two parts", ts))
+    await asyncio.wait_for(bot.held.wait(), WAIT)
+    await asyncio.sleep(0.1)  # the first part goes out
+    bot.slack.expire_streams()  # as Slack does about five minutes in
+
+    bot.hold.set()
+
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        [answer] = bot.slack.replies(bot.slack.channel_id, ts)
+        if answer.text != "Part one. ":
+            break
+        await asyncio.sleep(0.01)
+    assert answer.text == "Part one. Part two."
+    assert answer.stream == "expired"
+    assert [c.error for c in bot.slack.calls_to("chat.stopStream", "chat.appendStream")][-1] == (
+        "message_not_in_streaming_state"
+    )
+    assert bot.slack.calls_to("chat.update")

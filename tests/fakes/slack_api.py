@@ -458,11 +458,14 @@ class FakeSlack:
     async def wait_for_replies(
         self, channel: str, thread_ts: str, count: int = 1, *, within: float = 5.0
     ) -> list[Message]:
-        """The thread's replies once there are at least ``count``; fails after ``within`` s."""
+        """The thread's replies once there are ``count`` and none is still streaming.
+
+        Fails after ``within`` seconds.
+        """
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             found = self.replies(channel, thread_ts)
-            if len(found) >= count:
+            if len(found) >= count and all(m.stream != "streaming" for m in found):
                 return found
             await asyncio.sleep(0.01)
         raise AssertionError(
