@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from agent import Agent
+from collections.abc import Sequence
+
+from agent import Agent, Tool
 from bot.config import Settings
 from bot.offline import offline_agent, remember
 
-__all__ = ["AGENT_NAME", "INSTRUCTIONS", "build_agent"]
+__all__ = ["AGENT_NAME", "INSTRUCTIONS", "SLACK_INSTRUCTIONS", "build_agent"]
 
 AGENT_NAME = "bot"
 
@@ -16,8 +18,21 @@ plainly. When a person asks you to remember something, use the remember tool.\
 """
 
 
-def build_agent(settings: Settings) -> Agent:
+SLACK_INSTRUCTIONS = """\
+You are a helpful assistant in a team's Slack workspace, answering in a thread. \
+Answer briefly and plainly, in Slack markdown. Use read_thread when the thread's \
+earlier messages matter, and read_channel (with a channel id) to look at a \
+channel. post_message posts elsewhere only after a person approves it: say what \
+you will post. remember keeps a note for this channel and recall reads them back.\
+"""
+
+
+def build_agent(settings: Settings, slack_tools: Sequence[Tool] | None = None) -> Agent:
     """Claude with the bot's tools when ``ANTHROPIC_API_KEY`` is set, else the offline agent.
+
+    Args:
+        settings: The bot's settings.
+        slack_tools: The Slack tools, when the agent serves Slack.
 
     Raises:
         ConfigError: An Anthropic setting the API would refuse.
@@ -29,6 +44,6 @@ def build_agent(settings: Settings) -> Agent:
     return Agent(
         name=AGENT_NAME,
         model=AnthropicModel(settings.anthropic()),
-        instructions=INSTRUCTIONS,
-        tools=[remember],
+        instructions=SLACK_INSTRUCTIONS if slack_tools is not None else INSTRUCTIONS,
+        tools=list(slack_tools) if slack_tools is not None else [remember],
     )

@@ -27,6 +27,7 @@ from bot.agents import build_agent
 from bot.config import Settings
 from bot.slack.channel import SlackChannel
 from bot.slack.server import bolt_app, web_app
+from bot.slack.tools import slack_tools
 
 __all__ = ["SHUTDOWN_GRACE_SECONDS", "serve_slack", "slack_client"]
 
@@ -57,7 +58,7 @@ async def serve_slack(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     client = slack_client(settings)
     bot_user_id = str((await client.auth_test())["user_id"])
-    agent = build_agent(settings)
+    agent = build_agent(settings, slack_tools(client))
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
     channel = SlackChannel(

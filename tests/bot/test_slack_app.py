@@ -36,6 +36,7 @@ from bot.config import Settings
 from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL, SlackChannel
 from bot.slack.serve import slack_client
 from bot.slack.server import bolt_app, web_app
+from bot.slack.tools import slack_tools
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import STREAM_METHODS, FakeSlack, Message
 
@@ -72,6 +73,21 @@ def _answer(request: ModelRequest) -> Any:
         raise RuntimeError("the model's backend is down")
     if text.startswith("announce "):
         return reply("", call("announce", {"text": text.removeprefix("announce ")}))
+    asks: dict[str, tuple[str, dict[str, Any]]] = {
+        "read the thread": ("read_thread", {}),
+        "recall": ("recall", {}),
+    }
+    if text in asks:
+        name, arguments = asks[text]
+        return reply("", call(name, arguments))
+    command, _, rest = text.partition(" ")
+    if command == "remember":
+        return reply("", call("remember", {"note": rest}))
+    if command == "read":  # read <channel>
+        return reply("", call("read_channel", {"channel": rest}))
+    if command == "post":  # post <channel> <text>
+        channel, _, words = rest.partition(" ")
+        return reply("", call("post_message", {"channel": channel, "text": words}))
     return reply(f"you said: {text}")
 
 
@@ -199,11 +215,12 @@ async def bot(tmp_path) -> AsyncIterator[Bot]:
     model = PausingModel(ScriptedModel(answering(hold, held)), hold, held)
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         store = await SQLiteStore.open(tmp_path / "bot.db")
-        runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=[announce]))
-        await runtime.start()
         client = slack_client(
             Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
         )
+        tools = [announce, *slack_tools(client)]
+        runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=tools))
+        await runtime.start()
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
         runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
         try:
@@ -449,3 +466,73 @@ async def test_a_stream_slack_closed_mid_reply_is_finished_by_updating_the_messa
         "message_not_in_streaming_state"
     )
     assert bot.slack.calls_to("chat.update")
+
+
+# -- the Slack tools ---------------------------------------------------------------------------
+
+
+async def mention(bot: Bot, text: str, thread_ts: str | None = None) -> str:
+    """A person mentions the bot; returns the thread the reply goes in."""
+    said = f"<@U0BOT> {text}"
+    ts = bot.slack.post_user_message(bot.slack.channel_id, said, thread_ts=thread_ts)
+    extra = {"thread_ts": thread_ts} if thread_ts else {}
+    await bot.deliver(bot.envelope("app_mention", said, ts, **extra))
+    return thread_ts or ts
+
+
+async def test_read_thread_shows_who_said_what(bot: Bot):
+    root = await mention(bot, "hello")
+    await bot.replies_in(root)
+
+    await mention(bot, "read the thread", thread_ts=root)
+
+    said = await bot.replies_in(root, 3)
+    assert "@alice (U0ALICE)" in said[-1]
+    assert "@bot (U0BOT)" in said[-1]
+    assert "you said: hello" in said[-1]
+
+
+async def test_read_channel_reads_another_channel_and_names_a_bad_one(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
+    bot.slack.post_user_message("C0RANDOM", "lunch at noon")
+
+    root = await mention(bot, "read <#C0RANDOM|random>")
+    assert "lunch at noon" in (await bot.replies_in(root))[0]
+    other = await mention(bot, "read C0NOWHERE")
+    assert "cannot read C0NOWHERE: channel_not_found" in (await bot.replies_in(other))[0]
+
+
+async def test_post_message_waits_for_approval_and_posts_once(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
+    root = await mention(bot, "post C0RANDOM the deploy is at noon")
+    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+    assert "Post to <#C0RANDOM>?" in approval.text
+    assert bot.slack.messages("C0RANDOM") == []  # nothing before the approval
+
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+
+    said = await bot.replies_in(root, 2)
+    assert "'posted': True" in said[-1]
+    [posted] = bot.slack.messages("C0RANDOM")
+    assert posted.text == "the deploy is at noon"
+
+
+async def test_a_denied_post_is_not_posted_and_the_model_is_told(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
+    root = await mention(bot, "post C0RANDOM spam")
+    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+
+    await bot.click("turn_deny", bot.slack.user_id, approval)
+
+    said = await bot.replies_in(root, 2)
+    assert "'posted': False, 'reason': 'a person denied it'" in said[-1]
+    assert bot.slack.messages("C0RANDOM") == []
+
+
+async def test_notes_are_kept_per_channel_and_recalled_from_another_thread(bot: Bot):
+    first = await mention(bot, "remember the deploy is on Friday")
+    assert "'notes': 1" in (await bot.replies_in(first))[0]
+
+    other = await mention(bot, "recall")
+
+    assert "the deploy is on Friday" in (await bot.replies_in(other))[0]

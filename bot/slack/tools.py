@@ -1,0 +1,163 @@
+"""The tools a Slack agent works with: read, post after an approval, remember.
+
+Each tool knows its conversation from the session id
+(``slack:<team>:<channel>:<thread_ts>``), never from anything the model says,
+so a prompt cannot point ``read_thread`` or ``recall`` at another channel. User
+ids are shown with their names (``@ana (U0ANA)``) so the model can address
+people without inventing ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import EXPIRED, Tool, ToolContext, ToolError, tool
+
+__all__ = ["slack_tools"]
+
+PAGE = 50
+POST_EVENT = "turnbot_post"
+"""The metadata event type our posts carry, with the call's idempotency key."""
+
+
+def _where(ctx: ToolContext) -> tuple[str, str]:
+    """The channel and thread of the turn's session."""
+    parts = ctx.session_id.split(":")
+    if len(parts) < 4 or parts[0] != "slack":
+        raise ToolError("this tool only works in a Slack conversation")
+    return parts[2], parts[3]
+
+
+class _Names:
+    """User names by id, asked of Slack once per process."""
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self._client = client
+        self._names: dict[str, str] = {}
+
+    async def of(self, user: str | None) -> str:
+        if not user:
+            return "someone"
+        if user not in self._names:
+            try:
+                info = (await self._client.users_info(user=user))["user"]
+                self._names[user] = str(info.get("name") or user)
+            except SlackApiError:
+                self._names[user] = user
+        return f"@{self._names[user]} ({user})"
+
+
+def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
+    """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``."""
+    names = _Names(client)
+
+    async def shown(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+        return [
+            {"from": await names.of(m.get("user")), "ts": str(m["ts"]), "text": str(m.get("text"))}
+            for m in messages
+        ]
+
+    @tool
+    async def read_thread(ctx: ToolContext) -> dict[str, Any]:
+        """Read the messages of the current thread, oldest first (up to 50)."""
+        channel, thread_ts = _where(ctx)
+        answer = await client.conversations_replies(channel=channel, ts=thread_ts, limit=PAGE)
+        return {"messages": await shown(list(answer["messages"]))}
+
+    @tool
+    async def read_channel(channel: str, cursor: str | None = None) -> dict[str, Any]:
+        """Read recent top-level messages of a channel, newest first, 50 at a time.
+
+        Args:
+            channel: The channel id (C...), or ``<#C...>`` as Slack writes it.
+            cursor: From a previous call's ``next_cursor``, to read further back.
+        """
+        found = channel.strip().removeprefix("<#").split("|")[0].removesuffix(">")
+        try:
+            answer = await client.conversations_history(
+                channel=found, limit=PAGE, cursor=cursor or None
+            )
+        except SlackApiError as exc:
+            raise ToolError(f"cannot read {channel}: {exc.response.get('error')}") from None
+        return {
+            "messages": await shown(list(answer["messages"])),
+            "next_cursor": (answer.get("response_metadata") or {}).get("next_cursor") or None,
+        }
+
+    @tool
+    async def post_message(channel: str, text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Post a message to a channel, once a person allowed to approves it.
+
+        Args:
+            channel: The channel id (C...) to post to.
+            text: The message, in Slack markdown.
+            ctx: The call's context (the engine fills it in).
+        """
+        approved = await ctx.request_input(
+            id="post",
+            prompt=f"Post to <#{channel}>?\n>{text}",
+            schema={"type": "boolean"},
+        )
+        if approved is EXPIRED:
+            return {"posted": False, "reason": "nobody answered in time"}
+        if approved is not True:
+            return {"posted": False, "reason": "a person denied it"}
+        already = await _posted_before(client, channel, ctx.idempotency_key)
+        if already is not None:
+            return {"posted": True, "ts": already}  # a replay after a crash: posted once
+        try:
+            posted = await client.chat_postMessage(
+                channel=channel,
+                text=text,
+                metadata={"event_type": POST_EVENT, "event_payload": {"key": ctx.idempotency_key}},
+            )
+        except SlackApiError as exc:
+            raise ToolError(f"Slack refused the post: {exc.response.get('error')}") from None
+        return {"posted": True, "ts": str(posted["ts"])}
+
+    @tool
+    def remember(note: str, ctx: ToolContext) -> dict[str, int]:
+        """Keep a note for this channel; every thread of the channel can recall it."""
+        channel, _ = _where(ctx)
+        ctx.store.execute(
+            "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
+        )
+        ctx.store.execute("INSERT INTO channel_notes VALUES (?, ?)", [channel, note])
+        [(count,)] = ctx.store.execute(
+            "SELECT count(*) FROM channel_notes WHERE channel = ?", [channel]
+        )
+        return {"notes": count}
+
+    @tool
+    def recall(ctx: ToolContext) -> dict[str, list[str]]:
+        """The notes kept for this channel, oldest first."""
+        channel, _ = _where(ctx)
+        ctx.store.execute(
+            "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
+        )
+        rows = ctx.store.execute(
+            "SELECT note FROM channel_notes WHERE channel = ? ORDER BY rowid", [channel]
+        )
+        return {"notes": [note for (note,) in rows]}
+
+    return [read_thread, read_channel, post_message, remember, recall]
+
+
+async def _posted_before(client: AsyncWebClient, channel: str, key: str) -> str | None:
+    """The ts of a post this call already made (found by its key), if any."""
+    try:
+        recent = await client.conversations_history(
+            channel=channel, limit=PAGE, include_all_metadata=True
+        )
+    except SlackApiError:
+        return None  # cannot tell: post, at least once
+    for message in recent["messages"]:
+        metadata = message.get("metadata") or {}
+        payload = metadata.get("event_payload") or {}
+        if metadata.get("event_type") == POST_EVENT and payload.get("key") == key:
+            return str(message["ts"])
+    return None
