@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         from bot.slack.serve import serve_slack  # Bolt and aiohttp: only when serving Slack
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        asyncio.run(serve_slack(settings))
+        try:
+            asyncio.run(serve_slack(settings))
+        except ConfigError as exc:
+            print(f"Cannot start: {exc}", file=sys.stderr)
+            return 2
         return 0
     asyncio.run(run_terminal(settings, args or None))
     return 0

@@ -44,6 +44,7 @@ logger = logging.getLogger("bot.slack")
 FAILED_PREFIX = "Sorry, I could not finish this:"
 SUPERSEDED = "_(superseded by a newer message)_"
 RETRYING = "_(the reply broke off; asking again)_"
+ASKING_PREFIXES = ("Approval needed:", "Approved by", "Denied by")
 CANCELLED = {
     "replaced": SUPERSEDED,
     "requested": "_(cancelled)_",
@@ -139,8 +140,14 @@ class SlackChannel:
         finally:
             self._claimed.discard(turn_id)
 
-    async def _reply(self, thread: _Thread, turn_id: str) -> None:
-        """Show the turn in its thread until it ends or waits for a person."""
+    async def _reply(self, thread: _Thread, turn_id: str, *, adopt: str | None = None) -> None:
+        """Show the turn in its thread until it ends or waits for a person.
+
+        Args:
+            thread: Where the reply goes.
+            turn_id: The turn.
+            adopt: A reply message a stopped process left half written, to finish.
+        """
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         speaker = record.input.event if record is not None else None
@@ -152,6 +159,8 @@ class SlackChannel:
             team=str(speaker.data.get("team")) if speaker else None,
             flush_every=self.flush_every,
         )
+        if adopt is not None:
+            reply.adopt(adopt)
         attempt, after_tools = 1, False
         try:
             async for event in session.stream(turn_id):
@@ -197,8 +206,12 @@ class SlackChannel:
     async def resume_replies(self) -> int:
         """Deliver the replies of turns a stopped process left unfinished (at start-up).
 
-        The runtime resumes those turns; this puts what they say where their
-        speaker waits: the thread the turn's event came from.
+        Call it before the runtime's start: a resumed turn may end at once, and
+        its reply must still reach the thread its speaker waits in (the reply's
+        stream replays a turn that already ended).
+
+        Returns:
+            How many replies it took up.
         """
         count = 0
         for key, record in await self.runtime.store.unfinished_turns():
@@ -209,9 +222,30 @@ class SlackChannel:
             if not (isinstance(channel, str) and isinstance(thread_ts, str)):
                 continue
             thread = _Thread(channel, thread_ts, key.session_id)
-            self.spawn(self._reply(thread, record.turn_id), name=f"reply {record.turn_id}")
+            stale = await self._stale_reply(thread, str(event.data.get("ts") or thread_ts))
+            self.spawn(
+                self._reply(thread, record.turn_id, adopt=stale), name=f"reply {record.turn_id}"
+            )
             count += 1
         return count
+
+    async def _stale_reply(self, thread: _Thread, after_ts: str) -> str | None:
+        """The bot's half-written reply to a message, left by a process that stopped."""
+        try:
+            answer = await self.client.conversations_replies(
+                channel=thread.channel, ts=thread.thread_ts, oldest=after_ts, limit=200
+            )
+        except SlackApiError as exc:
+            logger.warning("could not look for a stale reply: %s", exc.response.get("error"))
+            return None
+        mine = [
+            m
+            for m in answer["messages"]
+            if m.get("user") == self.bot_user_id
+            and float(m["ts"]) > float(after_ts)
+            and not str(m.get("text", "")).startswith(ASKING_PREFIXES)  # the approvals stay
+        ]
+        return str(mine[-1]["ts"]) if mine else None
 
     # -- Approve / Deny ---------------------------------------------------------------
 

@@ -67,11 +67,20 @@ class ThreadReply:
         self._streaming = False
         self._last_flush = float("-inf")
         self._status_set = False
+        self._adopted = False
 
     @property
     def ts(self) -> str | None:
         """The reply message's ts, once there is one."""
         return self._ts
+
+    def adopt(self, ts: str) -> None:
+        """Carry on in a message a stopped process left half written (its stream is dead).
+
+        The reply then updates that message instead of opening another, and its
+        end replaces the stale text with the turn's whole reply.
+        """
+        self._ts, self._streaming, self._adopted = ts, False, True
 
     @property
     def has_text(self) -> bool:
@@ -121,6 +130,13 @@ class ThreadReply:
             text = final if final else note
             if text:
                 await self._post(text)
+            return
+        if self._adopted:
+            # the stale half, then this run's steps: the turn's own reply reads better
+            self._shown, self._pending = "", (final or self._shown + self._pending)
+            if note:
+                self._pending += f"\n\n{note}"
+            await self._flush(force=True)
             return
         if note:
             self._pending += f"\n\n{note}"

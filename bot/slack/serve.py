@@ -15,14 +15,16 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 
+import aiohttp
 from aiohttp import web
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import AgentRuntime, open_store
+from agent import AgentRuntime, ConfigError, open_store
 from bot.agents import build_agent
 from bot.config import Settings
 from bot.slack.channel import SlackChannel
@@ -37,12 +39,21 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 """How long replies in flight get after SIGTERM; the whole stop stays under 10 s."""
 
 
-def slack_client(settings: Settings) -> AsyncWebClient:
-    """Slack's Web API with the bot token; a 429 waits as long as Slack says, then retries."""
+def slack_client(
+    settings: Settings, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """Slack's Web API with the bot token; a 429 waits as long as Slack says, then retries.
+
+    Args:
+        settings: The bot token and the Web API's URL.
+        session: Shared by every call, so connections are reused; without one,
+            slack_sdk opens (and closes) a connection per call.
+    """
     assert settings.slack_bot_token is not None
     return AsyncWebClient(
         token=settings.slack_bot_token.get_secret_value(),
         base_url=settings.slack_api_url,
+        session=session,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(max_retry_count=2),
             AsyncRateLimitErrorRetryHandler(max_retry_count=3),
@@ -56,8 +67,33 @@ async def serve_slack(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    client = slack_client(settings)
-    bot_user_id = str((await client.auth_test())["user_id"])
+    async with aiohttp.ClientSession() as http:
+        client = slack_client(settings, http)
+        await _serve(settings, client, await _who_am_i(client, settings), stop)
+
+
+async def _who_am_i(client: AsyncWebClient, settings: Settings) -> str:
+    """The bot's user id, which also proves the token works before anything starts.
+
+    Raises:
+        ConfigError: Slack refused the token, or could not be reached.
+    """
+    try:
+        return str((await client.auth_test())["user_id"])
+    except SlackApiError as exc:
+        raise ConfigError(
+            f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')}); "
+            "copy the Bot User OAuth Token from the app's OAuth & Permissions page"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise ConfigError(
+            f"cannot reach Slack's Web API at {settings.slack_api_url}: {type(exc).__name__}"
+        ) from None
+
+
+async def _serve(
+    settings: Settings, client: AsyncWebClient, bot_user_id: str, stop: asyncio.Event
+) -> None:
     agent = build_agent(settings, slack_tools(client))
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
@@ -69,8 +105,8 @@ async def serve_slack(settings: Settings) -> None:
         replace_in_flight=settings.replace_in_flight,
     )
     try:
+        await channel.resume_replies()  # first: a resumed turn may end at once
         resumed = await runtime.start()
-        await channel.resume_replies()
         if resumed:
             print(f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True)
         async with _serving(settings, channel, client):

@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ import aiohttp
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fakes.slack_api import FakeSlack
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
+from tests.fakes.slack_api import FakeSlack, Message
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "process-test-signing-secret"
@@ -61,9 +62,18 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield fake
 
 
-@pytest.fixture
-async def start_bot(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Running]:
-    port = free_port()
+Launch = Callable[..., Awaitable[Running]]
+
+
+async def bot_process(
+    slack: FakeSlack,
+    folder: Path,
+    port: int,
+    *,
+    stderr: int = asyncio.subprocess.PIPE,
+    **extra: str,
+) -> asyncio.subprocess.Process:
+    """``python -m bot`` in ``folder``, set up for the fake Slack; ``extra`` overrides."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
     env |= {
         "PYTHONPATH": str(ROOT),
@@ -71,26 +81,60 @@ async def start_bot(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Running]:
         "SLACK_SIGNING_SECRET": SECRET,
         "SLACK_API_URL": slack.base_url,
         "PORT": str(port),
-        "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
+        "DATABASE_URL": f"sqlite:///{folder}/bot.db",
+        **extra,
     }
-    proc = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
         env=env,
-        cwd=tmp_path,
+        cwd=folder,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stderr=stderr,
     )
-    running = Running(proc, port, [])
-    try:
+
+
+@pytest.fixture
+async def launch(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Launch]:
+    """Start bot processes on one database and port; any left alive is killed at the end."""
+    port = free_port()
+    started: list[Running] = []
+
+    async def start(**extra: str) -> Running:
+        proc = await bot_process(slack, tmp_path, port, stderr=asyncio.subprocess.STDOUT, **extra)
+        running = Running(proc, port, [])
+        started.append(running)
         await running.line_starting("Serving Slack events on")
-        yield running
+        return running
+
+    try:
+        yield start
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        for running in started:
+            if running.proc.returncode is None:
+                running.proc.kill()
+                await running.proc.wait()
+
+
+def mention(slack: FakeSlack, text: str) -> tuple[str, dict[str, Any]]:
+    """A person's mention in the fake Slack, and its event as Slack would deliver it."""
+    said = f"<@U0BOT> {text}"
+    ts = slack.post_user_message(slack.channel_id, said)
+    return ts, {
+        "type": "event_callback",
+        "team_id": slack.team_id,
+        "event_id": f"Ev{ts}",
+        "event": {
+            "type": "app_mention",
+            "user": slack.user_id,
+            "text": said,
+            "ts": ts,
+            "channel": slack.channel_id,
+            "team": slack.team_id,
+        },
+    }
 
 
 async def post_signed(port: int, envelope: dict[str, Any]) -> int:
@@ -111,34 +155,74 @@ async def post_signed(port: int, envelope: dict[str, Any]) -> int:
 
 
 async def test_the_bot_process_answers_a_mention_and_stops_cleanly_on_sigterm(
-    slack: FakeSlack, start_bot: Running
+    slack: FakeSlack, launch: Launch
 ):
-    text = "<@U0BOT> the deploy moved to Friday"
-    ts = slack.post_user_message(slack.channel_id, text)
-    envelope = {
-        "type": "event_callback",
-        "team_id": slack.team_id,
-        "event_id": "Ev1",
-        "event": {
-            "type": "app_mention",
-            "user": slack.user_id,
-            "text": text,
-            "ts": ts,
-            "channel": slack.channel_id,
-            "team": slack.team_id,
-        },
-    }
+    bot = await launch()
+    ts, envelope = mention(slack, "the deploy moved to Friday")
 
-    assert await post_signed(start_bot.port, envelope) == 200
+    assert await post_signed(bot.port, envelope) == 200
 
     [answer] = [m.text for m in await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)]
     assert "notebook now holds 1 note(s)" in answer
-
     began = time.monotonic()
-    start_bot.proc.send_signal(signal.SIGTERM)
+    bot.proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(10):
-        code = await start_bot.proc.wait()
+        code = await bot.proc.wait()
     assert code == 0
     assert time.monotonic() - began < 10
-    await start_bot.line_starting("Stopping: no new events")
-    assert slack.token not in "\n".join(start_bot.out)
+    await bot.line_starting("Stopping: no new events")
+    assert slack.token not in "\n".join(bot.out)
+
+
+async def test_a_bot_killed_mid_reply_finishes_the_same_message_at_its_next_start(
+    slack: FakeSlack, launch: Launch
+):
+    full = "The deploy moved to Friday at noon, after the freeze."
+    async with FakeAnthropic() as api:
+        # the first process gets a reply that stalls after its first words; the next, all of it
+        api.queue(Hang(Reply.text(full), after_events=5), Reply.text(full))
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        first = await launch(**claude)
+        ts, envelope = mention(slack, "when is the deploy?")
+        await post_signed(first.port, envelope)
+        await asyncio.wait_for(api.hung.wait(), WAIT)
+        [stale] = await _streaming_reply(slack, ts)
+
+        first.proc.send_signal(signal.SIGKILL)
+        await first.proc.wait()
+        second = await launch(**claude)
+
+        await second.line_starting("Resumed 1 unfinished turn(s)")
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            replies = slack.replies(slack.channel_id, ts)
+            if replies and replies[-1].text == full:
+                break
+            await asyncio.sleep(0.02)
+        assert [(m.ts, m.text) for m in slack.replies(slack.channel_id, ts)] == [(stale.ts, full)]
+        assert len(api.requests) == 2
+
+
+async def _streaming_reply(slack: FakeSlack, ts: str) -> list[Message]:
+    """The thread's replies once one of them is being streamed."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        replies = slack.replies(slack.channel_id, ts)
+        if any(m.stream == "streaming" and m.text for m in replies):
+            return replies
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no reply started streaming: {slack.replies(slack.channel_id, ts)}")
+
+
+async def test_a_token_slack_refuses_stops_the_bot_at_start_naming_it(
+    slack: FakeSlack, tmp_path: Path
+):
+    wrong = "xoxb-not-the-right-token"
+    proc = await bot_process(slack, tmp_path, free_port(), SLACK_BOT_TOKEN=wrong)
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+
+    assert proc.returncode == 2
+    said = (out + err).decode()
+    assert "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in said
+    assert wrong not in said
+    assert "Traceback" not in said
