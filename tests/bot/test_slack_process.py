@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
@@ -138,14 +139,19 @@ def mention(slack: FakeSlack, text: str) -> tuple[str, dict[str, Any]]:
 
 
 async def post_signed(port: int, envelope: dict[str, Any]) -> int:
-    body = json.dumps(envelope)
+    """An Events API envelope, signed and posted to the bot on ``port``."""
+    return await post_body(port, json.dumps(envelope), "application/json")
+
+
+async def post_body(port: int, body: str, content_type: str) -> int:
+    """``body`` signed as Slack signs it, posted to the bot's ``/slack/events``."""
     stamp = str(int(time.time()))
     signature = SignatureVerifier(SECRET).generate_signature(timestamp=stamp, body=body)
     assert signature is not None
     headers = {
         "X-Slack-Request-Timestamp": stamp,
         "X-Slack-Signature": signature,
-        "Content-Type": "application/json",
+        "Content-Type": content_type,
     }
     async with (
         aiohttp.ClientSession() as http,
@@ -226,3 +232,57 @@ async def test_a_token_slack_refuses_stops_the_bot_at_start_naming_it(
     assert "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in said
     assert wrong not in said
     assert "Traceback" not in said
+
+
+async def post_click(port: int, button: str, user: str, approval: Message, team: str) -> int:
+    """A signed click on ``button`` of ``approval``, form-encoded as Slack posts it."""
+    [actions] = [b for b in approval.blocks if b["type"] == "actions"]
+    [element] = [e for e in actions["elements"] if e["action_id"] == button]
+    payload = {
+        "type": "block_actions",
+        "user": {"id": user, "team_id": team},
+        "team": {"id": team},
+        "container": {"type": "message", "message_ts": approval.ts, "channel_id": approval.channel},
+        "channel": {"id": approval.channel},
+        "message": {"ts": approval.ts, "thread_ts": approval.thread_ts, "text": approval.text},
+        "actions": [{"type": "button", "action_id": button, "value": element["value"]}],
+    }
+    body = urlencode({"payload": json.dumps(payload)})
+    return await post_body(port, body, "application/x-www-form-urlencoded")
+
+
+async def test_an_approval_clicked_after_a_restart_resumes_the_turn_and_posts_once(
+    slack: FakeSlack, launch: Launch
+):
+    slack.add_channel("C0RANDOM", members=[slack.user_id])
+    async with FakeAnthropic() as api:
+        api.queue(
+            Reply.tool("post_message", {"channel": "C0RANDOM", "text": "Deploy at noon."}),
+            Reply.text("Posted it to <#C0RANDOM>."),
+        )
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        first = await launch(**claude)
+        ts, envelope = mention(slack, "tell #random the deploy is at noon")
+        await post_signed(first.port, envelope)
+        replies = await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
+        [approval] = [m for m in replies if m.text.startswith("Approval needed:")]
+        first.proc.send_signal(signal.SIGTERM)  # a deploy, days before anyone clicks
+        assert await first.proc.wait() == 0
+        second = await launch(**claude)
+
+        assert (
+            await post_click(second.port, "turn_approve", slack.user_id, approval, slack.team_id)
+            == 200
+        )
+
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            said = [m.text for m in slack.replies(slack.channel_id, ts)]
+            if said and said[-1] == "Posted it to <#C0RANDOM>.":
+                break
+            await asyncio.sleep(0.02)
+        assert said[-1] == "Posted it to <#C0RANDOM>."
+        assert [m.text for m in slack.messages("C0RANDOM")] == ["Deploy at noon."]
+        decided = next(m for m in slack.replies(slack.channel_id, ts) if m.ts == approval.ts)
+        assert f"Approved by <@{slack.user_id}>" in json.dumps(decided.blocks)
+        assert len(api.requests) == 2
