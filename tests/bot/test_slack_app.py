@@ -34,6 +34,7 @@ from agent.model import ModelStreamEvent
 from agent.testing import ScriptedModel, call, reply
 from bot.config import Settings
 from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL, SlackChannel
+from bot.slack.reply import THINKING
 from bot.slack.serve import slack_client
 from bot.slack.server import bolt_app, web_app
 from bot.slack.tools import slack_tools
@@ -243,6 +244,9 @@ async def test_a_mention_at_top_level_is_answered_in_a_thread_under_it(bot: Bot)
     assert start.params["thread_ts"] == ts
     assert start.params["recipient_user_id"] == bot.slack.user_id
     assert len(bot.slack.calls_to("chat.stopStream")) == 1
+    # before its first words, the thread said the bot was at work
+    [thinking] = bot.slack.statuses
+    assert (thinking.thread_ts, thinking.status) == (ts, THINKING)
 
 
 async def test_a_retried_event_and_its_message_copy_make_one_turn_and_one_reply(bot: Bot):
