@@ -27,6 +27,7 @@ from agent import (
 )
 from agent.events import TurnEvent
 from agent.hitl import REQUEST_ADAPTER
+from agent.turns import TurnRecord
 from bot.slack.blocks import (
     Decision,
     approval_blocks,
@@ -45,6 +46,8 @@ FAILED_PREFIX = "Sorry, I could not finish this:"
 SUPERSEDED = "_(superseded by a newer message)_"
 RETRYING = "_(the reply broke off; asking again)_"
 ASKING_PREFIXES = ("Approval needed:", "Approved by", "Denied by")
+MAX_FALLBACK_CHARS = 300
+"""The notification text beside blocks: a summary (Slack refuses ~4,000 and more)."""
 CANCELLED = {
     "replaced": SUPERSEDED,
     "requested": "_(cancelled)_",
@@ -125,11 +128,17 @@ class SlackChannel:
             session = self.runtime.session(self.agent, inbound.session_id)
             if inbound.needs_thread and await session.status() == "new":
                 return  # a thread the bot takes no part in
-            if any(t.turn_id == turn_id for t in await session.turns()):
+            turns = await session.turns()
+            if any(t.turn_id == turn_id for t in turns):
                 return  # admitted before: its reply is on its way, or landed
+            # a late retry of an older message must not supersede a newer one
+            replace = self.replace_in_flight and not any(
+                t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
+                for t in turns
+            )
             thread = _Thread(inbound.channel, inbound.thread_ts, inbound.session_id)
             try:
-                await session.start(inbound.input, turn_id=turn_id, replace=self.replace_in_flight)
+                await session.start(inbound.input, turn_id=turn_id, replace=replace)
             except SessionSuspendedError:
                 speaker = inbound.input.user or ""
                 await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
@@ -185,7 +194,8 @@ class SlackChannel:
                     await reply.finish()
                     request = REQUEST_ADAPTER.validate_python(event.request)
                     blocks = approval_blocks(thread.session_id, turn_id, request)
-                    await self._post(thread, turn_id, f"Approval needed: {request.prompt}", blocks)
+                    summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
+                    await self._post(thread, turn_id, summary, blocks)
                 elif event.type == "turn.completed":
                     await reply.finish(final=event.text or "(no text)")
                 elif event.type in ("turn.failed", "turn.cancelled"):
@@ -304,6 +314,15 @@ class _Thread:
     channel: str
     thread_ts: str
     session_id: str
+
+
+def _said_at(record: TurnRecord) -> float:
+    """When the message that opened a turn was sent (its Slack ts), 0 if not from Slack."""
+    event = record.input.event
+    try:
+        return float(event.data.get("ts", 0)) if event is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _final_text(event: TurnEvent) -> str | None:

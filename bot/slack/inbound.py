@@ -36,6 +36,8 @@ class Inbound:
     channel: str
     thread_ts: str
     """Where the reply goes: the thread, rooted at the message when it is top level."""
+    input_ts: str
+    """The triggering message's own ts."""
     needs_thread: bool
     """Only a turn if the bot already takes part in this thread (a follow-up without
     a mention): the caller checks that the session exists before starting it."""
@@ -70,13 +72,17 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
     if event.get("bot_id") or event.get("subtype") not in _PERSON_SUBTYPES:
         return Ignored(f"not a person's message ({event.get('subtype') or 'bot'})")
     user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-    team = event.get("team") or body.get("team_id")
+    # the workspace the app is installed in: in a Slack Connect channel the speaker's
+    # own ``team`` differs, and one thread must stay one session
+    team = body.get("team_id") or event.get("team")
     if not (_given(user) and _given(channel) and _given(ts) and _given(team)):
         return Ignored("a message without user, channel, ts or team")
     if user == bot_user_id:
         return Ignored("the bot's own message")
     text = str(event.get("text") or "")
-    mentioned = kind == "app_mention" or f"<@{bot_user_id}" in text
+    mentioned = kind == "app_mention" or any(
+        m.group(1) == bot_user_id for m in _MENTION.finditer(text)
+    )
     is_direct = event.get("channel_type") == "im"
     thread_ts = event.get("thread_ts")
     in_thread = isinstance(thread_ts, str) and thread_ts != ts
@@ -104,6 +110,7 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
         input=given,
         channel=channel,
         thread_ts=root,
+        input_ts=ts,
         needs_thread=not (mentioned or is_direct),
     )
 

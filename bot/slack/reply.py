@@ -147,10 +147,15 @@ class ThreadReply:
                 )
                 self._shown += self._pending
                 self._pending = ""
-                return
             except SlackApiError as exc:
                 await self._stop_streaming(exc)
-        await self._flush(force=True)
+                await self._flush(force=True)
+        else:
+            await self._flush(force=True)
+        if final and final not in self._shown:
+            # words streamed before this reply was watching are missing: show the reply whole
+            self._shown = final
+            await self._update()
 
     # -- plumbing --------------------------------------------------------------------
 

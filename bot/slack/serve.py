@@ -131,7 +131,15 @@ async def _serving(
     if settings.slack_app_token is not None:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-        handler = AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value())
+        app_token = settings.slack_app_token.get_secret_value()
+        try:  # slack_sdk retries a refused token forever: ask once, and say so
+            await client.apps_connections_open(app_token=app_token)
+        except SlackApiError as exc:
+            raise ConfigError(
+                f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')}); create an "
+                "app-level token with connections:write under Basic Information"
+            ) from None
+        handler = AsyncSocketModeHandler(bolt, app_token)
         await handler.connect_async()  # type: ignore[no-untyped-call]
         print("Connected to Slack in Socket Mode.", flush=True)
         try:
@@ -140,7 +148,10 @@ async def _serving(
             await handler.close_async()  # type: ignore[no-untyped-call]
         return
     assert signing is not None
-    runner = web.AppRunner(web_app(bolt, signing.get_secret_value()), access_log=None)
+    # a slow client must not hold the stop past Slack's patience (and the 10 s we promise)
+    runner = web.AppRunner(
+        web_app(bolt, signing.get_secret_value()), access_log=None, shutdown_timeout=2.0
+    )
     await runner.setup()
     # every interface: Slack (or the proxy in front) must reach it
     await web.TCPSite(runner, "0.0.0.0", settings.port).start()

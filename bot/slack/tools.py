@@ -20,6 +20,8 @@ from agent import EXPIRED, Tool, ToolContext, ToolError, tool
 __all__ = ["slack_tools"]
 
 PAGE = 50
+MAX_POST_CHARS = 2_900
+"""What an approval can show whole (a section holds 3,000): a longer post is refused."""
 POST_EVENT = "turnbot_post"
 """The metadata event type our posts carry, with the call's idempotency key."""
 
@@ -30,6 +32,25 @@ def _where(ctx: ToolContext) -> tuple[str, str]:
     if len(parts) < 4 or parts[0] != "slack":
         raise ToolError("this tool only works in a Slack conversation")
     return parts[2], parts[3]
+
+
+async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -> None:
+    """Refuse a conversation not every member of the workspace may read.
+
+    The turn's own conversation is always fine; elsewhere only public channels:
+    a direct message or a private channel would show one person's words to another.
+
+    Raises:
+        ToolError: It is private, or Slack does not know it.
+    """
+    if channel == _where(ctx)[0]:
+        return
+    try:
+        info = (await client.conversations_info(channel=channel))["channel"]
+    except SlackApiError as exc:
+        raise ToolError(f"cannot use {channel}: {exc.response.get('error')}") from None
+    if info.get("is_im") or info.get("is_mpim") or info.get("is_private"):
+        raise ToolError(f"{channel} is private: only public channels can be read or posted to")
 
 
 class _Names:
@@ -69,14 +90,18 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         return {"messages": await shown(list(answer["messages"]))}
 
     @tool
-    async def read_channel(channel: str, cursor: str | None = None) -> dict[str, Any]:
+    async def read_channel(
+        channel: str, ctx: ToolContext, cursor: str | None = None
+    ) -> dict[str, Any]:
         """Read recent top-level messages of a channel, newest first, 50 at a time.
 
         Args:
-            channel: The channel id (C...), or ``<#C...>`` as Slack writes it.
+            channel: A public channel's id (C...), or ``<#C...>`` as Slack writes it.
+            ctx: The call's context (the engine fills it in).
             cursor: From a previous call's ``next_cursor``, to read further back.
         """
         found = channel.strip().removeprefix("<#").split("|")[0].removesuffix(">")
+        await _open_to_all(client, found, ctx)
         try:
             answer = await client.conversations_history(
                 channel=found, limit=PAGE, cursor=cursor or None
@@ -97,10 +122,15 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
             text: The message, in Slack markdown.
             ctx: The call's context (the engine fills it in).
         """
+        if len(text) > MAX_POST_CHARS:
+            raise ToolError(
+                f"the post is {len(text)} characters; an approval shows {MAX_POST_CHARS} "
+                "at most, so nobody could see what they approve: shorten it"
+            )
+        await _open_to_all(client, channel, ctx)
+        quoted = "\n".join(f">{line}" for line in text.splitlines() or [""])
         approved = await ctx.request_input(
-            id="post",
-            prompt=f"Post to <#{channel}>?\n>{text}",
-            schema={"type": "boolean"},
+            id="post", prompt=f"Post to <#{channel}>?\n{quoted}", schema={"type": "boolean"}
         )
         if approved is EXPIRED:
             return {"posted": False, "reason": "nobody answered in time"}

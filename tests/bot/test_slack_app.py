@@ -104,8 +104,10 @@ class PausingModel:
         return self.inner.requests
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
-        last = request.messages[-1]
-        if not (isinstance(last, UserMessage) and "in two parts" in last.text):
+        asked = [m for m in request.messages if isinstance(m, UserMessage)][-1]
+        # "announce ... in two parts" first calls the tool; its continuation pauses
+        calls_first = asked.text.startswith("announce") and request.messages[-1] is asked
+        if "in two parts" not in asked.text or calls_first:
             async for event in self.inner.stream(request):
                 yield event
             return
@@ -504,7 +506,32 @@ async def test_read_channel_reads_another_channel_and_names_a_bad_one(bot: Bot):
     root = await mention(bot, "read <#C0RANDOM|random>")
     assert "lunch at noon" in (await bot.replies_in(root))[0]
     other = await mention(bot, "read C0NOWHERE")
-    assert "cannot read C0NOWHERE: channel_not_found" in (await bot.replies_in(other))[0]
+    assert "cannot use C0NOWHERE: channel_not_found" in (await bot.replies_in(other))[0]
+
+
+@pytest.mark.parametrize(
+    "kind", [{"is_private": True}, {"is_im": True}], ids=["private-channel", "direct-message"]
+)
+async def test_a_private_conversation_is_neither_read_nor_posted_to(bot: Bot, kind):
+    bot.slack.add_user("U0BEN", name="ben")
+    bot.slack.add_channel("G0SECRET", members=["U0BEN"], **kind)
+    bot.slack.post_user_message("G0SECRET", "salary review", user="U0BEN")
+
+    read = await mention(bot, "read G0SECRET")
+    post = await mention(bot, "post G0SECRET hello")
+
+    assert "G0SECRET is private" in (await bot.replies_in(read))[0]
+    assert "G0SECRET is private" in (await bot.replies_in(post))[0]
+    assert [m.text for m in bot.slack.messages("G0SECRET")] == ["salary review"]
+
+
+async def test_a_post_too_long_to_show_in_an_approval_is_refused(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
+
+    root = await mention(bot, "post C0RANDOM " + "word " * 700)
+
+    assert "shorten it" in (await bot.replies_in(root))[0]
+    assert bot.slack.messages("C0RANDOM") == []
 
 
 async def test_post_message_waits_for_approval_and_posts_once(bot: Bot):
@@ -565,3 +592,41 @@ async def test_every_subscribed_event_has_a_listener(bot: Bot, subscribed: str):
     status = await bot.deliver(bot.envelope(event_type, "nothing for the bot", ts))
 
     assert status == 200
+
+
+async def test_a_late_retry_of_an_older_message_does_not_supersede_a_newer_one(bot: Bot):
+    root = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> hello")
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> hello", root))
+    await bot.replies_in(root)
+    older = bot.slack.post_user_message(
+        bot.slack.channel_id, "<@U0BOT> older question", thread_ts=root
+    )
+    newer = bot.slack.post_user_message(
+        bot.slack.channel_id, "<@U0BOT> newer, think slowly", thread_ts=root
+    )
+    await bot.deliver(
+        bot.envelope("app_mention", "<@U0BOT> newer, think slowly", newer, thread_ts=root)
+    )
+    await asyncio.wait_for(bot.held.wait(), WAIT)
+
+    # the older message's first delivery failed; Slack's retry arrives now
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> older question", older, thread_ts=root))
+    bot.hold.set()
+
+    said = await bot.replies_in(root, 5)
+    assert SUPERSEDED not in said
+    assert said[-2:] == ["you said: newer, think slowly", "you said: older question"]
+
+
+async def test_a_continuation_that_began_before_anyone_watched_still_lands_whole(bot: Bot):
+    ts, approval = await ask_for_approval(bot, "announce in two parts")
+    # recording the decision waits out a rate limit, while the turn already streams
+    bot.slack.fail_next("chat.update", "ratelimited", status=429, retry_after=1)
+
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    await asyncio.wait_for(bot.held.wait(), WAIT)
+    await asyncio.sleep(1.5)  # the first part went out before the reply was watched
+    bot.hold.set()
+
+    said = await bot.replies_in(ts, 2)
+    assert said[1] == "Part one. Part two."

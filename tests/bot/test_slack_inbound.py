@@ -108,3 +108,19 @@ def test_other_mentions_stay_and_an_empty_mention_still_says_something():
 def test_a_file_share_and_a_thread_broadcast_are_a_persons_messages():
     for subtype in ("file_share", "thread_broadcast"):
         assert inbound(type="message", channel_type="im", subtype=subtype, text="see this")
+
+
+def test_a_mention_of_another_bot_whose_id_starts_alike_is_not_for_us():
+    found = read_event(
+        envelope(type="message", channel_type="channel", text="<@U0BOT2> deploy?"),
+        bot_user_id=BOT,
+    )
+    assert isinstance(found, Ignored)
+
+
+def test_a_slack_connect_speaker_stays_in_the_installing_workspaces_session():
+    body = envelope(type="app_mention", text="<@U0BOT> hi", team="T0OTHER")
+    found = read_event(body, bot_user_id=BOT)
+
+    assert isinstance(found, Inbound)
+    assert found.session_id == "slack:T0:C0GEN:1700000000.000200"
