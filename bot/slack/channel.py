@@ -202,6 +202,9 @@ class SlackChannel:
                     await reply.finish(note=_final_text(event))
         except SlackApiError as exc:
             logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
+        except Exception:
+            # a timeout or a dropped connection: the turn goes on, its reply is lost
+            logger.exception("turn %s: its reply could not be delivered", turn_id)
 
     async def _post(
         self, thread: _Thread, turn_id: str, text: str, blocks: list[Any] | None = None
@@ -261,20 +264,30 @@ class SlackChannel:
 
     def on_decision(self, body: dict[str, Any]) -> None:
         """Take a verified click on Approve or Deny; it is settled in a task of ours."""
-        actions = body.get("actions") or [{}]
-        decision = read_decision(actions[0])
-        if decision is None:
-            logger.warning("a button click with a value this app did not write was ignored")
+        actions = body.get("actions")
+        decision = read_decision(actions[0]) if isinstance(actions, list) and actions else None
+        user = body.get("user")
+        clicker = user.get("id") if isinstance(user, dict) else None
+        where = _thread_of(decision.session_id) if decision else None
+        if decision is None or where is None or not isinstance(clicker, str):
+            logger.warning("a button click this app cannot read was ignored")
             return
-        self.spawn(self._decide(decision, body), name=f"decide {decision.turn_id}")
-
-    async def _decide(self, decision: Decision, body: dict[str, Any]) -> None:
-        clicker = str(body["user"]["id"])  # from the signed payload: attested
-        message = body.get("message") or {}
-        channel = str(body["container"]["channel_id"])
-        thread = _Thread(
-            channel, str(message.get("thread_ts") or message.get("ts")), decision.session_id
+        container = body.get("container")
+        shown = container.get("message_ts") if isinstance(container, dict) else None
+        self.spawn(
+            self._decide(decision, where, clicker, str(shown) if shown else None),
+            name=f"decide {decision.turn_id}",
         )
+
+    async def _decide(
+        self, decision: Decision, thread: _Thread, clicker: str, shown_ts: str | None
+    ) -> None:
+        """Answer the request a click names, by the clicker (attested: the payload was signed).
+
+        The thread comes from the session the button was made for, never from the
+        payload's other fields.
+        """
+        channel = thread.channel
         session = self.runtime.session(self.agent, decision.session_id)
         parked = await session.parked()
         try:
@@ -287,15 +300,16 @@ class SlackChannel:
             await self._tell(channel, clicker, thread, str(exc))
             return
         prompt = parked.request.prompt if parked else ""
-        try:
-            await self.client.chat_update(
-                channel=channel,
-                ts=str(body["container"]["message_ts"]),
-                text=f"{'Approved' if decision.approved else 'Denied'} by <@{clicker}>",
-                blocks=decided_blocks(prompt, by=clicker, approved=decision.approved),
-            )
-        except SlackApiError as exc:
-            logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
+        if shown_ts is not None:
+            try:
+                await self.client.chat_update(
+                    channel=channel,
+                    ts=shown_ts,
+                    text=f"{'Approved' if decision.approved else 'Denied'} by <@{clicker}>",
+                    blocks=decided_blocks(prompt, by=clicker, approved=decision.approved),
+                )
+            except SlackApiError as exc:
+                logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
         await self._reply(thread, decision.turn_id)
 
     async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
@@ -314,6 +328,14 @@ class _Thread:
     channel: str
     thread_ts: str
     session_id: str
+
+
+def _thread_of(session_id: str) -> _Thread | None:
+    """The thread of a Slack session id (``slack:<team>:<channel>:<thread_ts>``)."""
+    parts = session_id.split(":")
+    if len(parts) != 4 or parts[0] != "slack":
+        return None
+    return _Thread(parts[2], parts[3], session_id)
 
 
 def _said_at(record: TurnRecord) -> float:

@@ -167,8 +167,10 @@ class Bot:
             "event": inner,
         }
 
-    async def click(self, button: str, user: str, approval: Message) -> int:
-        """A signed click on a button of ``approval``, as Slack posts it."""
+    async def click(
+        self, button: str, user: str, approval: Message, *, without: tuple[str, ...] = ()
+    ) -> int:
+        """A signed click on a button of ``approval``, as Slack posts it (less ``without``)."""
         [actions] = [b for b in approval.blocks if b["type"] == "actions"]
         [element] = [e for e in actions["elements"] if e["action_id"] == button]
         payload = {
@@ -193,6 +195,8 @@ class Bot:
                 }
             ],
         }
+        for key in without:
+            del payload[key]
         body = urlencode({"payload": json.dumps(payload)})
         headers = self.signed(body) | {"Content-Type": "application/x-www-form-urlencoded"}
         async with self.http.post(f"{self.url}/slack/events", data=body, headers=headers) as r:
@@ -630,3 +634,21 @@ async def test_a_continuation_that_began_before_anyone_watched_still_lands_whole
 
     said = await bot.replies_in(ts, 2)
     assert said[1] == "Part one. Part two."
+
+
+async def test_a_click_without_its_message_still_answers_in_the_right_thread(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+
+    await bot.click("turn_approve", bot.slack.user_id, approval, without=("message", "container"))
+
+    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': True}"
+
+
+async def test_a_click_without_a_user_answers_nothing(bot: Bot):
+    ts, approval = await ask_for_approval(bot)
+
+    assert await bot.click("turn_approve", bot.slack.user_id, approval, without=("user",)) == 200
+
+    await asyncio.sleep(0.2)
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 1
+    assert len(bot.model.requests) == 1
