@@ -264,12 +264,7 @@ class AgentSession:
             self._refuse_if_halted()
             # a reset asked while another is pending extends it over the turns since
             through = max((t.seq for t in state.turns.values()), default=0)
-            doomed = [
-                t
-                for t in sorted(state.turns.values(), key=lambda t: t.seq)
-                if t.status in TURN_STATUSES_UNFINISHED or t.status == "suspended"
-            ]
-            plan = self._plan_cancel(state, doomed, "reset")
+            plan = self._plan_cancel(state, _unfinished(state, parked_too=True), "reset")
             commit = plan.commit(Commit(reset_through=through))
             caller_left = await self._commit_cancel(state, plan, commit)
             done = self._reset_future()
@@ -301,13 +296,11 @@ class AgentSession:
                 # its run holds it, even while it writes its park: it stops itself
                 if turn_id not in state.cancels:
                     plan.cancels.append((turn_id, reason))
-            elif record.status == "suspended":
-                # nobody runs it: withdraw the request and close the call that asked
-                ended = Cancelled(turn_id=turn_id, reason=reason)
-                closing = ending_commit(state, record, ended, CANCELLED_CALL)
-                plan.end(record, ended, closing)
-            elif record.status == "queued" and record.opening_index is None:
-                # not begun: it ends without ever opening
+            elif record.status == "suspended" or (
+                record.status == "queued" and record.opening_index is None
+            ):
+                # nobody runs it: a park's request is withdrawn and its call closed; a
+                # turn not begun ends without ever opening
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
             elif record.status in TURN_STATUSES_UNFINISHED and turn_id not in state.cancels:
@@ -903,7 +896,6 @@ class _CancelPlan:
 
     def __init__(self) -> None:
         self.ended: list[Cancelled] = []
-        self.ended_ids: set[str] = set()
         self.cancels: list[tuple[str, str]] = []
         self._records: list[TurnRecord] = []
         self._messages: list[StoredMessage] = []
@@ -911,9 +903,12 @@ class _CancelPlan:
         self._expect: list[tuple[str, str]] = []
         self._status: SessionStatus | None = None
 
+    @property
+    def ended_ids(self) -> set[str]:
+        return {result.turn_id for result in self.ended}
+
     def end(self, record: TurnRecord, result: Cancelled, closing: Commit) -> None:
         self.ended.append(result)
-        self.ended_ids.add(record.turn_id)
         self._records.extend(closing.turns)
         self._messages.extend(closing.messages)
         self._steps.extend(closing.steps)
@@ -935,11 +930,10 @@ class _CancelPlan:
         )
 
 
-def _unfinished(state: StoredSession) -> list[TurnRecord]:
-    return sorted(
-        (t for t in state.turns.values() if t.status in TURN_STATUSES_UNFINISHED),
-        key=lambda t: t.seq,
-    )
+def _unfinished(state: StoredSession, *, parked_too: bool = False) -> list[TurnRecord]:
+    """The turns not yet ended, in admission order (a parked one too, if asked)."""
+    statuses = {*TURN_STATUSES_UNFINISHED, "suspended"} if parked_too else TURN_STATUSES_UNFINISHED
+    return sorted((t for t in state.turns.values() if t.status in statuses), key=lambda t: t.seq)
 
 
 def _park_is_ending(state: StoredSession) -> bool:

@@ -153,9 +153,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     def remember(note: str, ctx: ToolContext) -> dict[str, int]:
         """Keep a note for this channel; every thread of the channel can recall it."""
         channel, _ = _where(ctx)
-        ctx.store.execute(
-            "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
-        )
+        _notes_table(ctx)
         ctx.store.execute("INSERT INTO channel_notes VALUES (?, ?)", [channel, note])
         [(count,)] = ctx.store.execute(
             "SELECT count(*) FROM channel_notes WHERE channel = ?", [channel]
@@ -166,15 +164,20 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     def recall(ctx: ToolContext) -> dict[str, list[str]]:
         """The notes kept for this channel, oldest first."""
         channel, _ = _where(ctx)
-        ctx.store.execute(
-            "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
-        )
+        _notes_table(ctx)
         rows = ctx.store.execute(
             "SELECT note FROM channel_notes WHERE channel = ? ORDER BY rowid", [channel]
         )
         return {"notes": [note for (note,) in rows]}
 
     return [read_thread, read_channel, post_message, remember, recall]
+
+
+def _notes_table(ctx: ToolContext) -> None:
+    """Create the notes table on first use, inside the call's transaction."""
+    ctx.store.execute(
+        "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
+    )
 
 
 async def _posted_before(client: AsyncWebClient, channel: str, key: str) -> str | None:
