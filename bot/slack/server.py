@@ -7,10 +7,8 @@ refused whatever its body, and a signed body that is not what Slack sends gets a
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
-from urllib.parse import parse_qs
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -20,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import APPROVE, DENY
 from bot.slack.channel import SlackChannel
+from bot.slack.envelope import MalformedBody, check_body
 
 __all__ = ["bolt_app", "web_app"]
 
@@ -56,9 +55,11 @@ def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
         body = await request.text()
         if not verifier.is_valid_request(body, dict(request.headers)):
             return web.json_response({"error": "invalid signature"}, status=401)
-        if not _is_slack_body(body, request.content_type):
-            logger.warning("a signed request with a body Slack does not send was refused")
-            return web.json_response({"error": "malformed body"}, status=400)
+        try:
+            check_body(body, request.content_type)
+        except MalformedBody as exc:
+            logger.warning("a signed request with a body Slack does not send was refused: %s", exc)
+            return web.json_response({"error": f"malformed body: {exc}"}, status=400)
         bolt_request = AsyncBoltRequest(
             body=body, query=request.query_string, headers=dict(request.headers)
         )
@@ -71,17 +72,3 @@ def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
     app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     return app
-
-
-def _is_slack_body(body: str, content_type: str) -> bool:
-    """Events come as a JSON object; interactivity and commands as a form (a JSON ``payload``)."""
-    try:
-        if content_type == "application/x-www-form-urlencoded":
-            form = parse_qs(body, strict_parsing=True)
-            payloads = form.get("payload")
-            return payloads is None or (
-                len(payloads) == 1 and isinstance(json.loads(payloads[0]), dict)
-            )
-        return isinstance(json.loads(body), dict)
-    except ValueError:
-        return False

@@ -316,6 +316,44 @@ async def test_a_signed_but_malformed_body_gets_a_400(bot: Bot, body: str):
     assert not bot.model.requests
 
 
+WRONG_SHAPES = {
+    "event not an object": ({"type": "event_callback", "event": "x"}, "event"),
+    "event fields of the wrong type": (
+        {"type": "event_callback", "event": {"type": "message", "user": 5, "ts": {}}},
+        "event.ts, event.user",
+    ),
+    "authorizations not a list": (
+        {"type": "event_callback", "event": {"type": "message"}, "authorizations": "x"},
+        "authorizations",
+    ),
+    "actions not a list": ({"type": "block_actions", "actions": "x"}, "actions"),
+    "an action without its id": (
+        {"type": "block_actions", "actions": [{"action_id": 5}]},
+        "actions.0.action_id",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("shape", "as_form"), [(s, f) for s in WRONG_SHAPES for f in (False, True)]
+)
+async def test_a_signed_body_of_the_wrong_shape_gets_a_400_naming_the_field(
+    bot: Bot, shape: str, as_form: bool
+):
+    payload, named = WRONG_SHAPES[shape]
+    body = urlencode({"payload": json.dumps(payload)}) if as_form else json.dumps(payload)
+    content_type = "application/x-www-form-urlencoded" if as_form else "application/json"
+    headers = bot.signed(body) | {"Content-Type": content_type}
+
+    async with bot.http.post(f"{bot.url}/slack/events", data=body, headers=headers) as response:
+        assert response.status == 400  # Bolt alone answers most of these with a 500
+        assert (await response.json())["error"] == f"malformed body: unexpected {named}"
+    # the next good request is served as ever
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> still there?")
+    assert await bot.deliver(bot.envelope("app_mention", "<@U0BOT> still there?", ts)) == 200
+    assert await bot.replies_in(ts) == ["you said: still there?"]
+
+
 async def test_a_failed_turn_says_so_in_the_thread(bot: Bot):
     ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> explode")
 
