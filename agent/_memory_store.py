@@ -25,6 +25,7 @@ class _Session:
     __slots__ = (
         "archive",
         "cancels",
+        "deliveries",
         "generation",
         "messages",
         "reset_through",
@@ -42,6 +43,7 @@ class _Session:
         self.generation = 0
         self.reset_through: int | None = None
         self.archive: dict[int, Archive] = {}
+        self.deliveries: dict[str, JsonValue] = {}
 
 
 class MemoryStore:
@@ -117,6 +119,29 @@ class MemoryStore:
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         archive = self._session(key).archive.get(generation)
         return copy.deepcopy(archive)
+
+    async def has_session(self, key: SessionKey) -> bool:
+        s = self._sessions.get(key)
+        return s is not None and bool(s.turns or s.generation)
+
+    async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        deliveries = self._session(key).deliveries
+        if state is None:
+            deliveries.pop(turn_id, None)
+        else:
+            deliveries[turn_id] = copy.deepcopy(state)
+
+    async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
+        return [
+            (key, turn_id, copy.deepcopy(state))
+            for key, s in self._sessions.items()
+            if key.agent == agent
+            for turn_id, state in s.deliveries.items()
+        ]
+
+    async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
+        s = self._sessions.get(key)
+        return copy.deepcopy(s.deliveries.get(turn_id)) if s is not None else None
 
     def _turns_in(self, statuses: frozenset[str]) -> list[tuple[SessionKey, TurnRecord]]:
         found = [

@@ -9,7 +9,8 @@ is the only one that imports aiosqlite.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -105,6 +106,15 @@ MIGRATIONS: tuple[str, ...] = (
         status TEXT NOT NULL,
         record TEXT NOT NULL,
         PRIMARY KEY (session, generation, turn_id)
+    ) WITHOUT ROWID;
+    """,
+    # what a channel keeps about showing a turn (its reply message, a request shown)
+    """
+    CREATE TABLE deliveries (
+        session INTEGER NOT NULL REFERENCES sessions (id),
+        turn_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (session, turn_id)
     ) WITHOUT ROWID;
     """,
 )
@@ -244,6 +254,35 @@ class SQLiteStore:
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         return await self._run(_load_archive, self._ids, key, generation)
 
+    async def has_session(self, key: SessionKey) -> bool:
+        return await self._run(lambda conn: self._ids.find(conn, key) is not None)
+
+    async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        text = None if state is None else dumps(state)
+        await self._run(_save_delivery, self._ids, key, turn_id, text)
+
+    async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT s.session_id, d.turn_id, d.state FROM deliveries AS d"
+                " JOIN sessions AS s ON s.id = d.session WHERE s.agent = ?",
+                (agent,),
+            ).fetchall()
+        )
+        return [(SessionKey(agent, sid), turn_id, loads(state)) for sid, turn_id, state in rows]
+
+    async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
+        def read(conn: sqlite3.Connection) -> JsonValue | None:
+            sid = self._ids.find(conn, key)
+            row = None
+            if sid is not None:
+                row = conn.execute(
+                    "SELECT state FROM deliveries WHERE session = ? AND turn_id = ?", (sid, turn_id)
+                ).fetchone()
+            return loads(row[0]) if row else None
+
+        return await self._run(read)
+
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""
         if table not in {
@@ -254,6 +293,7 @@ class SQLiteStore:
             "archived_messages",
             "archived_steps",
             "archived_turns",
+            "deliveries",
         }:
             raise StoreError(f"no table {table!r}")
         return await self._run(lambda conn: conn.execute(f"SELECT * FROM {table}").fetchall())
@@ -422,18 +462,40 @@ def _archive(conn: sqlite3.Connection, sid: int) -> None:
     )
 
 
-def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
+@contextmanager
+def _transaction(conn: sqlite3.Connection, ids: _SessionIds) -> Iterator[None]:
+    """One write transaction: committed when the block ends, rolled back if it raises."""
     # IMMEDIATE takes the write lock first: a transaction that read (an expected
     # status) could not take it later if another process wrote in between
     conn.execute("BEGIN IMMEDIATE")
     try:
-        _apply(conn, ids.ensure(conn, key), rows)
+        yield
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
             conn.execute("ROLLBACK")
         ids.forget()
         raise
+
+
+def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
+    with _transaction(conn, ids):
+        _apply(conn, ids.ensure(conn, key), rows)
+
+
+def _save_delivery(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, turn_id: str, state: str | None
+) -> None:
+    with _transaction(conn, ids):
+        sid = ids.ensure(conn, key)
+        if state is None:
+            conn.execute("DELETE FROM deliveries WHERE session = ? AND turn_id = ?", (sid, turn_id))
+        else:
+            conn.execute(
+                "INSERT INTO deliveries (session, turn_id, state) VALUES (?, ?, ?)"
+                " ON CONFLICT (session, turn_id) DO UPDATE SET state = excluded.state",
+                (sid, turn_id, state),
+            )
 
 
 def _work_and_write(
@@ -444,8 +506,7 @@ def _work_and_write(
     record: Callable[[T | Exception], Commit],
 ) -> Commit:
     handle = _TransactionHandle(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _transaction(conn, ids):
         conn.execute("SAVEPOINT tool_call")
         outcome: T | Exception
         failed = False
@@ -463,12 +524,6 @@ def _work_and_write(
         conn.execute("RELEASE tool_call")
         commit = record(outcome)
         _apply(conn, ids.ensure(conn, key), _rows(commit))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        ids.forget()
-        raise
     return commit
 
 

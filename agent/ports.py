@@ -180,6 +180,27 @@ class SessionStore(Protocol):
         """Read one archived generation of a session (None when there is none)."""
         ...
 
+    async def has_session(self, key: SessionKey) -> bool:
+        """Whether the session ever admitted a turn; cheap, and loads nothing."""
+        ...
+
+    async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        """Keep how a channel is showing a turn (``None`` forgets it), in a transaction of its own.
+
+        The engine never reads it. A channel keeps here what it must find again
+        after a restart: the message a reply is being written into, whether a
+        request was shown to the people who may answer it.
+        """
+        ...
+
+    async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
+        """Every delivery state kept for the sessions of ``agent``: session, turn id, state."""
+        ...
+
+    async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
+        """The delivery state kept for one turn, if any."""
+        ...
+
 
 class EventSink(Protocol):
     """Receives every event of every turn. Must not block: queue, do not await."""

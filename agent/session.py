@@ -40,7 +40,7 @@ from agent.hitl import (
     check_value,
     is_answerer,
 )
-from agent.messages import JsonValue
+from agent.messages import JsonValue, Message
 from agent.ports import (
     Archive,
     Commit,
@@ -130,6 +130,10 @@ class AgentSession:
     async def status(self) -> SessionStatus:
         """``new``, ``idle``, ``running`` or ``suspended``."""
         return (await self._loaded()).status
+
+    async def transcript(self) -> list[Message]:
+        """The live generation's messages, oldest first."""
+        return list((await self._loaded()).transcript)
 
     async def turns(self) -> list[TurnRecord]:
         """Every turn of the session, in admission order."""

@@ -24,10 +24,13 @@ from agent import (
     InvalidAnswerError,
     ResumeAuthorizationError,
     SessionSuspendedError,
+    UnknownTurnError,
 )
-from agent.events import TurnEvent
+from agent.events import TERMINAL_EVENT_TYPES, TurnEvent
 from agent.hitl import REQUEST_ADAPTER
-from agent.turns import TurnRecord
+from agent.messages import JsonValue
+from agent.ports import SessionKey
+from agent.turns import Suspended, TurnRecord
 from bot.slack.blocks import (
     Decision,
     approval_blocks,
@@ -45,7 +48,6 @@ logger = logging.getLogger("bot.slack")
 FAILED_PREFIX = "Sorry, I could not finish this:"
 SUPERSEDED = "_(superseded by a newer message)_"
 RETRYING = "_(the reply broke off; asking again)_"
-ASKING_PREFIXES = ("Approval needed:", "Approved by", "Denied by")
 MAX_FALLBACK_CHARS = 300
 """The notification text beside blocks: a summary (Slack refuses ~4,000 and more)."""
 CANCELLED = {
@@ -149,28 +151,44 @@ class SlackChannel:
         finally:
             self._claimed.discard(turn_id)
 
-    async def _reply(self, thread: _Thread, turn_id: str, *, adopt: str | None = None) -> None:
+    async def _reply(
+        self, thread: _Thread, turn_id: str, *, since: int = 0, adopt: str | None = None
+    ) -> None:
         """Show the turn in its thread until it ends or waits for a person.
+
+        What the thread shows is kept in the store as it changes (the reply
+        message being written, the request shown), so a process that starts
+        after a crash finishes that message instead of posting a second one.
 
         Args:
             thread: Where the reply goes.
             turn_id: The turn.
+            since: The transcript index this reply starts at: a continuation after
+                an approval leaves what came before the request to the first reply.
             adopt: A reply message a stopped process left half written, to finish.
         """
+        key = SessionKey(self.agent, thread.session_id)
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         speaker = record.input.event if record is not None else None
+
+        async def keep_reply(ts: str) -> None:
+            await self._keep(key, turn_id, {"reply": ts, "since": since})
+
         reply = ThreadReply(
             self.client,
             channel=thread.channel,
             thread_ts=thread.thread_ts,
             recipient_user=speaker.user if speaker else None,
             team=str(speaker.data.get("team")) if speaker else None,
+            on_open=keep_reply,
             flush_every=self.flush_every,
         )
         if adopt is not None:
-            reply.adopt(adopt)
-        attempt, after_tools = 1, False
+            await reply.adopt(adopt)
+        said: dict[int, str] = {}
+        """What the turn's steps committed for this reply, by transcript index."""
+        attempt, new_step, step_streamed = 1, False, False
         try:
             async for event in session.stream(turn_id):
                 if event.type == "turn.started":
@@ -179,86 +197,103 @@ class SlackChannel:
                     if event.attempt > attempt:  # the model's reply broke off and is asked again
                         attempt = event.attempt
                         await reply.add_text(f"\n\n{RETRYING}\n\n")
-                    if after_tools and reply.has_text:  # a new step: a paragraph of its own
+                    if new_step and reply.has_text:  # a step of its own: a paragraph of its own
                         await reply.add_text("\n\n")
-                    after_tools = False
+                    new_step, step_streamed = False, True
                     await reply.add_text(event.text)
+                elif event.type == "message.completed" and event.index >= since:
+                    said[event.index] = event.text
+                    if not step_streamed:  # a replayed step: its words come whole
+                        await reply.add_text(f"\n\n{event.text}" if reply.has_text else event.text)
+                    new_step, step_streamed = True, False
                 elif event.type == "action.requested":
                     await reply.task(event.call_id, event.name, "in_progress")
                 elif event.type == "action.completed":
                     await reply.task(
                         event.call_id, event.name, "error" if event.error else "complete"
                     )
-                    after_tools = True
+                    new_step = True
                 elif event.type == "input.requested":
-                    await reply.finish()
-                    request = REQUEST_ADAPTER.validate_python(event.request)
-                    blocks = approval_blocks(thread.session_id, turn_id, request)
-                    summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
-                    await self._post(thread, turn_id, summary, blocks)
-                elif event.type == "turn.completed":
-                    await reply.finish(final=event.text or "(no text)")
-                elif event.type in ("turn.failed", "turn.cancelled"):
-                    await reply.finish(note=_final_text(event))
+                    await reply.finish(whole=_in_order(said))
+                    await self._ask(thread, key, turn_id, event.request)
+                elif event.type in TERMINAL_EVENT_TYPES:
+                    await reply.finish(whole=_in_order(said), note=_closing_line(event))
+                    await self._keep(key, turn_id, None)
+        except UnknownTurnError:
+            await self._keep(key, turn_id, None)  # a reset archived it: nothing left to show
         except SlackApiError as exc:
             logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
         except Exception:
             # a timeout or a dropped connection: the turn goes on, its reply is lost
             logger.exception("turn %s: its reply could not be delivered", turn_id)
 
-    async def _post(
-        self, thread: _Thread, turn_id: str, text: str, blocks: list[Any] | None = None
+    async def _ask(
+        self, thread: _Thread, key: SessionKey, turn_id: str, asked: dict[str, Any]
     ) -> None:
-        try:
-            await self.client.chat_postMessage(
-                channel=thread.channel, thread_ts=thread.thread_ts, text=text, blocks=blocks
-            )
-        except SlackApiError as exc:
-            logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
+        """Show a request with its Approve / Deny buttons, and keep that it was shown."""
+        request = REQUEST_ADAPTER.validate_python(asked)
+        blocks = approval_blocks(thread.session_id, turn_id, request)
+        summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
+        await self.client.chat_postMessage(
+            channel=thread.channel, thread_ts=thread.thread_ts, text=summary, blocks=blocks
+        )
+        # the answer's continuation starts after everything the turn said so far
+        since = len(await self.runtime.session(self.agent, key.session_id).transcript())
+        await self._keep(key, turn_id, {"asked": request.id, "since": since})
+
+    async def _keep(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        """Keep (or forget, with None) what the thread shows of a turn, for the next start."""
+        await self.runtime.store.save_delivery(key, turn_id, state)
 
     async def resume_replies(self) -> int:
-        """Deliver the replies of turns a stopped process left unfinished (at start-up).
+        """Finish showing what a stopped process left unfinished or unshown (at start-up).
 
         Call it before the runtime's start: a resumed turn may end at once, and
         its reply must still reach the thread its speaker waits in (the reply's
-        stream replays a turn that already ended).
+        stream replays a turn that already ended). Covered: a turn still to run
+        (its half-written reply is taken up), a turn that parked before its
+        request was shown (it is shown now), and a turn that ended before its
+        reply was finished.
 
         Returns:
             How many replies it took up.
         """
-        count = 0
+        kept = {
+            (key.session_id, turn_id): _state(state)
+            for key, turn_id, state in await self.runtime.store.deliveries(self.agent)
+        }
+        # a kept state means the thread is not done with the turn (it is forgotten at its end)
+        owed = dict(kept)
         for key, record in await self.runtime.store.unfinished_turns():
-            event = record.input.event
-            if key.agent != self.agent or event is None or event.source != "slack":
+            if key.agent == self.agent:
+                owed.setdefault((key.session_id, record.turn_id), {})
+        for key, record in await self.runtime.store.suspended_turns():
+            at = (key.session_id, record.turn_id)
+            parked = record.result
+            request = parked.request.id if isinstance(parked, Suspended) else None
+            if key.agent != self.agent:
                 continue
-            channel, thread_ts = event.data.get("channel"), event.data.get("thread_ts")
-            if not (isinstance(channel, str) and isinstance(thread_ts, str)):
+            if kept.get(at, {}).get("asked") == request:
+                owed.pop(at, None)  # its request is showing: the click does the rest
+            else:
+                owed.setdefault(at, {})
+        count = 0
+        for (session_id, turn_id), state in owed.items():
+            thread = _thread_of(session_id)
+            if thread is None:
                 continue
-            thread = _Thread(channel, thread_ts, key.session_id)
-            stale = await self._stale_reply(thread, str(event.data.get("ts") or thread_ts))
+            adopt, since = state.get("reply"), state.get("since", 0)
             self.spawn(
-                self._reply(thread, record.turn_id, adopt=stale), name=f"reply {record.turn_id}"
+                self._reply(
+                    thread,
+                    turn_id,
+                    since=since if isinstance(since, int) else 0,
+                    adopt=adopt if isinstance(adopt, str) else None,
+                ),
+                name=f"reply {turn_id}",
             )
             count += 1
         return count
-
-    async def _stale_reply(self, thread: _Thread, after_ts: str) -> str | None:
-        """The bot's half-written reply to a message, left by a process that stopped."""
-        try:
-            answer = await self.client.conversations_replies(
-                channel=thread.channel, ts=thread.thread_ts, oldest=after_ts, limit=200
-            )
-        except SlackApiError as exc:
-            logger.warning("could not look for a stale reply: %s", exc.response.get("error"))
-            return None
-        mine = [
-            m
-            for m in answer["messages"]
-            if m.get("user") == self.bot_user_id
-            and float(m["ts"]) > float(after_ts)
-            and not str(m.get("text", "")).startswith(ASKING_PREFIXES)  # the approvals stay
-        ]
-        return str(mine[-1]["ts"]) if mine else None
 
     # -- Approve / Deny ---------------------------------------------------------------
 
@@ -290,6 +325,7 @@ class SlackChannel:
         channel = thread.channel
         session = self.runtime.session(self.agent, decision.session_id)
         parked = await session.parked()
+        since = len(await session.transcript())  # the continuation's first message comes next
         try:
             await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
         except ResumeAuthorizationError:
@@ -310,7 +346,7 @@ class SlackChannel:
                 )
             except SlackApiError as exc:
                 logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
-        await self._reply(thread, decision.turn_id)
+        await self._reply(thread, decision.turn_id, since=since)
 
     async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
         try:
@@ -347,10 +383,19 @@ def _said_at(record: TurnRecord) -> float:
         return 0.0
 
 
-def _final_text(event: TurnEvent) -> str | None:
-    """The closing line of a turn that ended without its reply, if it did."""
+def _closing_line(event: TurnEvent) -> str | None:
+    """The line a reply ends with when its turn ended without its answer."""
     if event.type == "turn.failed":
         return f"{FAILED_PREFIX} {event.error}"
     if event.type == "turn.cancelled":
         return CANCELLED.get(event.reason, f"_(stopped: {event.reason})_")
     return None
+
+
+def _in_order(said: dict[int, str]) -> list[str]:
+    return [said[index] for index in sorted(said)]
+
+
+def _state(kept: JsonValue | None) -> dict[str, Any]:
+    """A kept delivery state as a dict (empty when none was kept)."""
+    return kept if isinstance(kept, dict) else {}

@@ -22,7 +22,8 @@ Json = dict[str, Any]
 
 # message subtypes a person sends; every other subtype is an edit, a join, a bot...
 _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
-_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>[ \t]*")
+"""A user mention, with the spaces after it (they go when the bot's own mention does)."""
 EMPTY_MENTION = "(an @mention with no text)"
 
 
@@ -121,6 +122,6 @@ def _given(value: object) -> TypeGuard[str]:
 
 def _without_bot_mention(text: str, bot_user_id: str) -> str:
     """The message as the model should read it: the bot's own mention taken out."""
-    kept = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text)
-    kept = " ".join(kept.split())
+    # only the mention goes: line breaks and indentation (a code block) are the person's
+    kept = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), text).strip()
     return kept or EMPTY_MENTION

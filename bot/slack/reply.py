@@ -5,26 +5,35 @@ The text goes out through Slack's streaming API (``chat.startStream`` /
 ``flush_every``. Where streaming is not offered (``unknown_method``, a workspace
 or token without it) or a stream was closed by Slack (it ends streams about five
 minutes in), the reply carries on as an ordinary message: the one already
-showing is updated with the whole text, at most once per ``update_every``. The
-reply is always one message.
+showing is updated with the whole text, at most once per ``update_every``. Text
+is always sent as ``markdown_text``, so a reply reads the same either way.
+
+A reply is one message, unless it outgrows what one message holds (12,000
+characters of markdown): it then carries on in the next, cut at a paragraph.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-__all__ = ["ThreadReply"]
+__all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
 
 logger = logging.getLogger("bot.slack")
 
 THINKING = "is thinking…"
+PLACEHOLDER = "…"
 MAX_TASK_TITLE = 256
+MAX_MESSAGE_CHARS = 12_000
+"""What Slack takes as one message's ``markdown_text``."""
+
+OnOpen = Callable[[str], Awaitable[None]]
 
 
 class ThreadReply:
@@ -36,6 +45,8 @@ class ThreadReply:
         thread_ts: The thread the reply goes in.
         recipient_user: Who the reply is for (streams into channels need it).
         team: Their workspace.
+        on_open: Awaited with each message's ts as soon as it exists, so the
+            message can be found again after a restart.
         flush_every: Seconds between stream appends.
         update_every: Seconds between updates of a message that is not streamed
             (``chat.update`` allows about one a second per message).
@@ -49,6 +60,7 @@ class ThreadReply:
         thread_ts: str,
         recipient_user: str | None,
         team: str | None,
+        on_open: OnOpen | None = None,
         flush_every: float = 0.4,
         update_every: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -57,35 +69,40 @@ class ThreadReply:
         self._channel = channel
         self._thread_ts = thread_ts
         self._recipient = (recipient_user, team)
+        self._on_open = on_open
         self._flush_every = flush_every
         self._update_every = update_every
         self._clock = clock
         self._shown = ""
-        """Everything that went out so far."""
+        """What the current message says."""
         self._pending = ""
         self._ts: str | None = None
         self._streaming = False
         self._last_flush = float("-inf")
         self._status_set = False
-        self._adopted = False
+        self._split = False
+        """Whether the reply went on past one message."""
 
     @property
     def ts(self) -> str | None:
-        """The reply message's ts, once there is one."""
+        """The current reply message's ts, once there is one."""
         return self._ts
-
-    def adopt(self, ts: str) -> None:
-        """Carry on in a message a stopped process left half written (its stream is dead).
-
-        The reply then updates that message instead of opening another, and its
-        end replaces the stale text with the turn's whole reply.
-        """
-        self._ts, self._streaming, self._adopted = ts, False, True
 
     @property
     def has_text(self) -> bool:
         """Whether any text is in the reply yet."""
         return bool(self._shown or self._pending)
+
+    async def adopt(self, ts: str) -> None:
+        """Carry on in a message a stopped process left half written.
+
+        Its stream, if Slack still holds it open, is closed first; the reply then
+        rewrites that message instead of opening another.
+        """
+        self._ts, self._streaming = ts, False
+        # long closed, or never a stream: either way it can be updated
+        with contextlib.suppress(SlackApiError):
+            await self._client.chat_stopStream(channel=self._channel, ts=ts)
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""
@@ -110,86 +127,89 @@ class ThreadReply:
         if not self._streaming or self._ts is None:
             return
         await self._flush()
+        if not self._streaming:
+            return  # the flush found the stream closed
         chunk = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
         try:
             await self._client.chat_appendStream(
                 channel=self._channel, ts=self._ts, chunks=[chunk | {"status": status}]
             )
         except SlackApiError as exc:
-            await self._stop_streaming(exc)
+            self._stop_streaming(exc)
 
-    async def finish(self, *, final: str | None = None, note: str | None = None) -> None:
-        """End the reply: the streamed text with ``note`` after it, or ``final`` if none went out.
+    async def finish(self, *, whole: Sequence[str] = (), note: str | None = None) -> None:
+        """End the reply, showing every part of ``whole`` and then ``note``.
 
         Args:
-            final: The turn's whole reply, posted as is when nothing was streamed
-                (a replay, or a reply that came without deltas).
+            whole: The texts the turn's steps committed for this reply. What the
+                reply did not show as it streamed (a replay, words streamed before
+                anyone watched) is shown now, rewriting the message if it must.
             note: A closing line (superseded, failed, ...).
         """
-        if self._ts is None and not self._pending:
-            text = final if final else note
-            if text:
-                await self._post(text)
-            return
-        if self._adopted:
-            # the stale half, then this run's steps: the turn's own reply reads better
-            self._shown, self._pending = "", (final or self._shown + self._pending)
-            if note:
-                self._pending += f"\n\n{note}"
-            await self._flush(force=True)
-            return
+        missing = [part for part in whole if part not in self._shown + self._pending]
+        if missing and not self._split:
+            self._shown, self._pending = "", "\n\n".join(whole)
+            if self._ts is not None and self._streaming:
+                await self._close_stream()
         if note:
-            self._pending += f"\n\n{note}"
-        if self._streaming and self._ts is not None:
-            try:
-                await self._client.chat_stopStream(
-                    channel=self._channel, ts=self._ts, markdown_text=self._pending or None
-                )
-                self._shown += self._pending
-                self._pending = ""
-            except SlackApiError as exc:
-                await self._stop_streaming(exc)
-                await self._flush(force=True)
-        else:
-            await self._flush(force=True)
-        if final and final not in self._shown:
-            # words streamed before this reply was watching are missing: show the reply whole
-            self._shown = final
-            await self._update()
+            self._pending += f"\n\n{note}" if self.has_text else note
+        if not self._pending:
+            if self._streaming:
+                await self._close_stream()
+            return
+        if self._ts is None and not self._pending.strip():
+            return
+        await self._flush(force=True, last=True)
 
     # -- plumbing --------------------------------------------------------------------
 
     def _interval(self) -> float:
         return self._flush_every if self._streaming or self._ts is None else self._update_every
 
-    async def _flush(self, *, force: bool = False) -> None:
+    async def _flush(self, *, force: bool = False, last: bool = False) -> None:
         if not self._pending and not force:
             return
         self._last_flush = self._clock()
+        text, self._pending = self._pending, ""
+        while len(self._shown) + len(text) > MAX_MESSAGE_CHARS:
+            room = MAX_MESSAGE_CHARS - len(self._shown)
+            head, text = _cut(text, room) if room > 0 else ("", text)
+            await self._write(head, last=True)
+            self._ts, self._shown, self._streaming, self._split = None, "", False, True
+        await self._write(text, last=last)
+
+    async def _write(self, text: str, *, last: bool) -> None:
+        """Put ``text`` after what the current message shows (opening one if need be)."""
         if self._ts is None:
-            await self._open()
+            await self._open(text)
+            if last and self._streaming:
+                await self._close_stream()
             return
         if self._streaming:
             try:
-                await self._client.chat_appendStream(
-                    channel=self._channel, ts=self._ts, markdown_text=self._pending
-                )
-                self._shown += self._pending
-                self._pending = ""
+                if last:
+                    await self._client.chat_stopStream(
+                        channel=self._channel, ts=self._ts, markdown_text=text or None
+                    )
+                    self._streaming = False
+                elif text:
+                    await self._client.chat_appendStream(
+                        channel=self._channel, ts=self._ts, markdown_text=text
+                    )
+                self._shown += text
                 return
             except SlackApiError as exc:
-                await self._stop_streaming(exc)
-        self._shown += self._pending
-        self._pending = ""
+                self._stop_streaming(exc)
+        self._shown += text
         await self._update()
 
-    async def _open(self) -> None:
+    async def _open(self, text: str) -> None:
         user, team = self._recipient
         try:
             started = await self._client.chat_startStream(
                 channel=self._channel,
                 thread_ts=self._thread_ts,
-                markdown_text=self._pending,
+                markdown_text=text or None,
                 recipient_user_id=user,
                 recipient_team_id=team,
             )
@@ -197,13 +217,24 @@ class ThreadReply:
         except SlackApiError as exc:
             logger.info("no streaming here (%s): posting the reply instead", _error(exc))
             posted = await self._client.chat_postMessage(
-                channel=self._channel, thread_ts=self._thread_ts, text=self._pending or "…"
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                markdown_text=text or PLACEHOLDER,
             )
             self._ts = str(posted["ts"])
-        self._shown += self._pending
-        self._pending = ""
+        self._shown = text
+        if self._on_open is not None:
+            await self._on_open(self._ts)
 
-    async def _stop_streaming(self, exc: SlackApiError) -> None:
+    async def _close_stream(self) -> None:
+        assert self._ts is not None
+        self._streaming = False
+        try:
+            await self._client.chat_stopStream(channel=self._channel, ts=self._ts)
+        except SlackApiError as exc:
+            logger.info("stream %s could not be closed (%s)", self._ts, _error(exc))
+
+    def _stop_streaming(self, exc: SlackApiError) -> None:
         """Slack closed the stream (or refused it): carry on by updating the message."""
         logger.info("stream %s ended by Slack (%s): updating it instead", self._ts, _error(exc))
         self._streaming = False
@@ -212,17 +243,19 @@ class ThreadReply:
         assert self._ts is not None
         try:
             await self._client.chat_update(
-                channel=self._channel, ts=self._ts, text=self._shown or "…"
+                channel=self._channel, ts=self._ts, markdown_text=self._shown or PLACEHOLDER
             )
         except SlackApiError as exc:
             logger.error("could not update reply %s: %s", self._ts, _error(exc))
 
-    async def _post(self, text: str) -> None:
-        posted = await self._client.chat_postMessage(
-            channel=self._channel, thread_ts=self._thread_ts, text=text
-        )
-        self._ts = str(posted["ts"])
-        self._shown = text
+
+def _cut(text: str, room: int) -> tuple[str, str]:
+    """``text`` cut in two, the first part at most ``room`` long, at a paragraph if it can."""
+    for boundary in ("\n\n", "\n", " "):
+        at = text.rfind(boundary, 0, room)
+        if at > room // 2:
+            return text[:at], text[at + len(boundary) :]
+    return text[:room], text[room:]
 
 
 def _error(exc: SlackApiError) -> Any:

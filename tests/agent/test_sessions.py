@@ -42,6 +42,24 @@ async def test_start_returns_before_the_turn_runs_and_result_waits(store):
         assert await session.status() == "idle"
 
 
+async def test_transcript_is_a_copy_of_the_live_messages_in_order(store):
+    model = ScriptedModel(lambda request: reply(f"re: {request.messages[-1].text}"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        session = runtime.session("a", "s1")
+        await session.turn("one")
+        await session.turn("two")
+
+        transcript = await session.transcript()
+        transcript.clear()  # the caller's own list
+
+        assert [(m.role, m.text) for m in await session.transcript()] == [
+            ("user", "one"),
+            ("assistant", "re: one"),
+            ("user", "two"),
+            ("assistant", "re: two"),
+        ]
+
+
 async def test_turns_of_one_session_run_one_at_a_time_in_order(store):
     order: list[str] = []
     in_flight = 0

@@ -102,6 +102,50 @@ async def test_turn_records_upsert_and_unfinished_are_listed_in_order(store):
     assert (await store.load(KEY)).turns["t1"].status == "completed"
 
 
+async def test_has_session_is_true_once_a_turn_was_admitted(store):
+    assert not await store.has_session(KEY)
+    await store.load(KEY)  # reading a session is not taking part in it
+    assert not await store.has_session(KEY)
+
+    record = TurnRecord(turn_id="t1", seq=1, status="running", input=TurnInput(text="hi"))
+    await store.commit(KEY, Commit(turns=(record,), status="running"))
+
+    assert await store.has_session(KEY)
+    assert not await store.has_session(SessionKey("other agent", KEY.session_id))
+
+
+async def test_delivery_states_are_kept_per_turn_replaced_and_forgotten(store):
+    other = SessionKey("b", "s1")
+    await store.save_delivery(KEY, "t1", {"reply": "1.0", "from": 0})
+    await store.save_delivery(KEY, "t2", {"asked": "approve"})
+    await store.save_delivery(other, "t1", {"reply": "9.0"})
+
+    await store.save_delivery(KEY, "t1", {"reply": "2.0", "from": 3})  # replaces
+
+    assert await store.load_delivery(KEY, "t1") == {"reply": "2.0", "from": 3}
+    assert sorted(await store.deliveries("a"), key=lambda d: d[1]) == [
+        (KEY, "t1", {"reply": "2.0", "from": 3}),
+        (KEY, "t2", {"asked": "approve"}),
+    ]
+    await store.save_delivery(KEY, "t1", None)
+    await store.save_delivery(KEY, "t9", None)  # forgetting what was never kept is fine
+    assert await store.load_delivery(KEY, "t1") is None
+    assert await store.deliveries("a") == [(KEY, "t2", {"asked": "approve"})]
+    assert await store.deliveries("b") == [(other, "t1", {"reply": "9.0"})]
+
+
+async def test_delivery_states_survive_a_reopen(tmp_path):
+    store = await SQLiteStore.open(tmp_path / "s.db")
+    await store.save_delivery(KEY, "t1", {"reply": "1.0"})
+    await store.close()
+
+    store = await SQLiteStore.open(tmp_path / "s.db")
+    try:
+        assert await store.deliveries("a") == [(KEY, "t1", {"reply": "1.0"})]
+    finally:
+        await store.close()
+
+
 async def test_work_that_raises_is_rolled_back_and_recorded(sqlite_store):
     def work(handle):
         handle.execute("CREATE TABLE scratch (x)")

@@ -98,11 +98,19 @@ def test_an_envelope_without_an_event_starts_nothing():
 
 
 def test_other_mentions_stay_and_an_empty_mention_still_says_something():
-    kept = inbound(type="app_mention", text="<@U0BOT>  ask <@U0BEN|ben>   about it")
+    kept = inbound(type="app_mention", text="<@U0BOT>  ask <@U0BEN|ben> about <@U0BOT> it")
     empty = inbound(type="app_mention", text="<@U0BOT>")
 
     assert kept.input.text == "ask <@U0BEN|ben> about it"
     assert empty.input.text == EMPTY_MENTION
+
+
+def test_the_message_keeps_its_lines_and_indentation():
+    text = "<@U0BOT> why does this fail?\n\n```\ndef f():\n    return  1\n```"
+
+    found = inbound(type="app_mention", text=text)
+
+    assert found.input.text == "why does this fail?\n\n```\ndef f():\n    return  1\n```"
 
 
 def test_a_file_share_and_a_thread_broadcast_are_a_persons_messages():

@@ -1,0 +1,251 @@
+"""The Slack app under test, served for real, with a fake Slack and a scripted model.
+
+The app is the real aiohttp server with the real Bolt app behind it; its Web
+API client is the real slack_sdk client, pointed at a local fake Slack.
+Requests are signed with the signing secret exactly as Slack signs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    ModelRequest,
+    SQLiteStore,
+    TextDelta,
+    ToolContext,
+    ToolMessage,
+    UserMessage,
+    tool,
+)
+from agent.model import ModelStreamEvent
+from agent.testing import ScriptedModel, call, reply
+from bot.config import Settings
+from bot.slack.channel import SlackChannel
+from bot.slack.serve import slack_client
+from bot.slack.server import bolt_app, web_app
+from bot.slack.tools import slack_tools
+from tests.fakes.local_server import serve_locally
+from tests.fakes.slack_api import FakeSlack, Message
+
+SECRET = "test-signing-secret"
+WAIT = 5.0
+
+
+@tool
+async def announce(text: str, ctx: ToolContext) -> dict[str, Any]:
+    """Post an announcement once the person who asked approves it."""
+    approved = await ctx.request_input(id="approve", prompt=f"Announce *{text}*?")
+    return {"announced": approved is True}
+
+
+def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelRequest], Awaitable[Any]]:
+    """The model: it echoes, calls ``announce`` when asked, and takes its time when told to."""
+
+    async def answer(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if isinstance(last, UserMessage) and "slowly" in last.text:
+            held.set()
+            await hold.wait()
+        return _answer(request)
+
+    return answer
+
+
+def _answer(request: ModelRequest) -> Any:
+    last = request.messages[-1]
+    if isinstance(last, ToolMessage):
+        return reply(f"done: {last.result}")
+    text = last.text
+    if "explode" in text:
+        raise RuntimeError("the model's backend is down")
+    if text.startswith("announce "):
+        return reply("", call("announce", {"text": text.removeprefix("announce ")}))
+    asks: dict[str, tuple[str, dict[str, Any]]] = {
+        "read the thread": ("read_thread", {}),
+        "recall": ("recall", {}),
+    }
+    if text in asks:
+        name, arguments = asks[text]
+        return reply("", call(name, arguments))
+    command, _, rest = text.partition(" ")
+    if command == "remember":
+        return reply("", call("remember", {"note": rest}))
+    if command == "read":  # read <channel>
+        return reply("", call("read_channel", {"channel": rest}))
+    if command == "post":  # post <channel> <text>
+        channel, _, words = rest.partition(" ")
+        return reply("", call("post_message", {"channel": channel, "text": words}))
+    return reply(f"you said: {text}")
+
+
+class PausingModel:
+    """The scripted model; a question asked "in two parts" pauses between them until ``hold``."""
+
+    def __init__(self, inner: ScriptedModel, hold: asyncio.Event, held: asyncio.Event) -> None:
+        self.inner, self.hold, self.held = inner, hold, held
+
+    @property
+    def requests(self) -> Any:
+        return self.inner.requests
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        asked = [m for m in request.messages if isinstance(m, UserMessage)][-1]
+        # "announce ... in two parts" first calls the tool; its continuation pauses
+        calls_first = asked.text.startswith("announce") and request.messages[-1] is asked
+        if "in two parts" not in asked.text or calls_first:
+            async for event in self.inner.stream(request):
+                yield event
+            return
+        self.inner.requests.append(request)
+        yield TextDelta(text="Part one. ")
+        self.held.set()
+        await self.hold.wait()
+        yield TextDelta(text="Part two.")
+        yield reply("Part one. Part two.")
+
+
+@dataclass
+class Bot:
+    slack: FakeSlack
+    url: str
+    http: aiohttp.ClientSession
+    model: PausingModel
+    runtime: AgentRuntime
+    hold: asyncio.Event
+    """Set it to let a question asked "slowly" be answered."""
+    held: asyncio.Event
+    """Set once the model holds a question asked "slowly"."""
+    channel: SlackChannel
+    client: AsyncWebClient
+
+    def signed(self, body: str, *, at: float | None = None, secret: str = SECRET) -> dict[str, str]:
+        stamp = str(int(at if at is not None else time.time()))
+        signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body)
+        assert signature is not None
+        return {
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature,
+            "Content-Type": "application/json",
+        }
+
+    async def deliver(self, envelope: dict[str, Any], **signing: Any) -> int:
+        body = json.dumps(envelope)
+        headers = self.signed(body, **signing)
+        async with self.http.post(f"{self.url}/slack/events", data=body, headers=headers) as r:
+            return r.status
+
+    def envelope(self, event_type: str, text: str, ts: str, **event: Any) -> dict[str, Any]:
+        slack = self.slack
+        inner = {
+            "type": event_type,
+            "user": slack.user_id,
+            "text": text,
+            "ts": ts,
+            "channel": slack.channel_id,
+            "team": slack.team_id,
+            **event,
+        }
+        return {
+            "type": "event_callback",
+            "team_id": slack.team_id,
+            "api_app_id": slack.app_id,
+            "event_id": f"Ev{event_type}{ts}",
+            "event_time": int(time.time()),
+            "event": inner,
+        }
+
+    async def click(
+        self, button: str, user: str, approval: Message, *, without: tuple[str, ...] = ()
+    ) -> int:
+        """A signed click on a button of ``approval``, as Slack posts it (less ``without``)."""
+        [actions] = [b for b in approval.blocks if b["type"] == "actions"]
+        [element] = [e for e in actions["elements"] if e["action_id"] == button]
+        payload = {
+            "type": "block_actions",
+            "user": {"id": user, "team_id": self.slack.team_id},
+            "team": {"id": self.slack.team_id},
+            "api_app_id": self.slack.app_id,
+            "container": {
+                "type": "message",
+                "message_ts": approval.ts,
+                "channel_id": approval.channel,
+                "is_ephemeral": False,
+            },
+            "channel": {"id": approval.channel},
+            "message": {"ts": approval.ts, "thread_ts": approval.thread_ts, "text": approval.text},
+            "actions": [
+                {
+                    "type": "button",
+                    "action_id": button,
+                    "block_id": actions["block_id"],
+                    "value": element["value"],
+                }
+            ],
+        }
+        for key in without:
+            del payload[key]
+        body = urlencode({"payload": json.dumps(payload)})
+        headers = self.signed(body) | {"Content-Type": "application/x-www-form-urlencoded"}
+        async with self.http.post(f"{self.url}/slack/events", data=body, headers=headers) as r:
+            return r.status
+
+    async def ephemerals_to(self, user: str, count: int = 1) -> list[str]:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            found = [e.text for e in self.slack.ephemerals if e.user == user]
+            if len(found) >= count:
+                return found
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no {count} private messages to {user}")
+
+    async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
+        """The texts of a thread's replies, once there are ``count`` of them."""
+        found = await self.slack.wait_for_replies(self.slack.channel_id, thread_ts, count)
+        return [m.text for m in found]
+
+
+@asynccontextmanager
+async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
+    """The app served on a local port, its client talking to a fresh fake Slack."""
+    hold, held = asyncio.Event(), asyncio.Event()
+    model = PausingModel(ScriptedModel(answering(hold, held)), hold, held)
+    async with FakeSlack() as slack, aiohttp.ClientSession() as http:
+        store = await SQLiteStore.open(tmp_path / "bot.db")
+        client = slack_client(
+            Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
+        )
+        tools = [announce, *slack_tools(client)]
+        runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=tools))
+        await runtime.start()
+        channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
+        runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
+        try:
+            yield Bot(slack, url, http, model, runtime, hold, held, channel, client)
+        finally:
+            await runner.cleanup()
+            await channel.drain(grace=1.0)
+            await runtime.close()
+            await store.close()
+
+
+async def ask_for_approval(bot: Bot, text: str = "announce the deploy") -> tuple[str, Message]:
+    ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
+    await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts))
+    await bot.replies_in(ts)
+    [approval] = bot.slack.replies(bot.slack.channel_id, ts)
+    return ts, approval

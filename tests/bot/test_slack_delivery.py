@@ -1,0 +1,159 @@
+"""What a thread shows of a turn survives the process: kept in the store, finished at start.
+
+Each test leaves the thread as a process that died at a bad moment would: the
+turn runs in the engine with nobody showing it, and the store keeps what the
+dead process had shown. The channel's start-up (``resume_replies``) must then
+finish exactly that, and never post a second reply. The real process, killed
+with SIGKILL, is in ``test_slack_process.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from agent import SessionKey
+from bot.slack.inbound import Inbound, read_event
+from bot.slack.reply import MAX_MESSAGE_CHARS
+from tests.bot.slack_harness import WAIT, Bot
+from tests.fakes.slack_api import STREAM_METHODS
+
+
+async def start_unwatched(bot: Bot, text: str) -> tuple[Inbound, str]:
+    """A mention whose turn the engine admits while no channel shows it; its thread ts."""
+    ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
+    found = read_event(
+        bot.envelope("app_mention", f"<@U0BOT> {text}", ts), bot_user_id=bot.slack.bot_user_id
+    )
+    assert isinstance(found, Inbound)
+    session = bot.runtime.session("bot", found.session_id)
+    await session.start(found.input, turn_id=found.turn_id)
+    return found, ts
+
+
+async def settled(bot: Bot, inbound: Inbound, status: str) -> None:
+    session = bot.runtime.session("bot", inbound.session_id)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        [record] = [t for t in await session.turns() if t.turn_id == inbound.turn_id]
+        if record.status == status:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{inbound.turn_id} never became {status}")
+
+
+async def half_written_reply(bot: Bot, inbound: Inbound, text: str) -> str:
+    """A reply stream a dead process opened and kept, as ``_reply`` keeps it."""
+    started = await bot.client.chat_startStream(
+        channel=inbound.channel,
+        thread_ts=inbound.thread_ts,
+        markdown_text=text,
+        recipient_user_id=bot.slack.user_id,
+        recipient_team_id=bot.slack.team_id,
+    )
+    key = SessionKey("bot", inbound.session_id)
+    await bot.runtime.store.save_delivery(key, inbound.turn_id, {"reply": started["ts"]})
+    return str(started["ts"])
+
+
+async def test_a_request_parked_before_it_was_shown_is_shown_at_the_next_start(bot: Bot):
+    inbound, ts = await start_unwatched(bot, "announce the launch")
+    await settled(bot, inbound, "suspended")
+    assert bot.slack.replies(bot.slack.channel_id, ts) == []  # the process died here
+
+    assert await bot.channel.resume_replies() == 1
+
+    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    assert approval.text == "Approval needed: Announce *the launch*?"
+    # shown once: a second start finds it shown
+    assert await bot.channel.resume_replies() == 0
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': True}"
+
+
+async def test_a_reply_left_open_by_a_turn_that_ended_is_finished_at_the_next_start(bot: Bot):
+    inbound, ts = await start_unwatched(bot, "good morning")
+    await settled(bot, inbound, "completed")
+    stale = await half_written_reply(bot, inbound, "you sa")
+
+    assert await bot.channel.resume_replies() == 1
+
+    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    assert (answer.ts, answer.text, answer.stream) == (stale, "you said: good morning", "stopped")
+    # nothing more is owed to this thread
+    await asyncio.sleep(0.1)
+    assert await bot.runtime.store.deliveries("bot") == []
+    assert await bot.channel.resume_replies() == 0
+
+
+async def test_a_running_turn_takes_up_its_own_reply_message_and_no_other(bot: Bot):
+    inbound, ts = await start_unwatched(bot, "think slowly about lunch")
+    await asyncio.wait_for(bot.held.wait(), WAIT)
+    stale = await half_written_reply(bot, inbound, "Thinking about lun")
+    # a later message of the bot's in the same thread (a guess by position would take it)
+    other = await bot.client.chat_postMessage(
+        channel=inbound.channel, thread_ts=ts, text="(an earlier note)"
+    )
+
+    assert await bot.channel.resume_replies() == 1
+    bot.hold.set()
+
+    said = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)
+    assert [(m.ts, m.text) for m in said] == [
+        (stale, "you said: think slowly about lunch"),
+        (other["ts"], "(an earlier note)"),
+    ]
+
+
+async def test_a_replayed_turn_shows_every_step_it_committed(bot: Bot):
+    inbound, ts = await start_unwatched(bot, "announce the release")
+    await settled(bot, inbound, "suspended")
+    session = bot.runtime.session("bot", inbound.session_id)
+    await session.resume(inbound.turn_id, "approve", True, by=bot.slack.user_id)
+    await settled(bot, inbound, "completed")
+    # the continuation's reply was never shown, and the request's "since" was kept
+    key = SessionKey("bot", inbound.session_id)
+    await bot.runtime.store.save_delivery(key, inbound.turn_id, {"asked": "approve", "since": 2})
+
+    assert await bot.channel.resume_replies() == 1
+
+    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    assert answer.text == "done: {'announced': True}"
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "posted"])
+async def test_a_reply_longer_than_a_message_goes_on_in_the_next_cut_at_a_paragraph(
+    bot: Bot, streaming: bool
+):
+    if not streaming:
+        bot.slack.disable(*STREAM_METHODS)
+    paragraphs = [f"Paragraph {n}: " + "words " * 300 for n in range(12)]  # ~1,800 each
+    text = "\n\n".join(paragraphs)
+    ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
+
+    await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts))
+
+    said = [m.text for m in await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)]
+    assert len(said) == 2
+    assert all(len(part) <= MAX_MESSAGE_CHARS for part in said)
+    assert said[1].startswith("Paragraph ")  # cut between paragraphs, not inside one
+    assert "\n\n".join(said) == f"you said: {text.strip()}"
+
+
+async def test_a_kept_state_of_a_turn_a_reset_archived_is_let_go(bot: Bot):
+    inbound, ts = await start_unwatched(bot, "good evening")
+    await settled(bot, inbound, "completed")
+    stale = await half_written_reply(bot, inbound, "you sa")
+    await bot.runtime.session("bot", inbound.session_id).reset()
+
+    assert await bot.channel.resume_replies() == 1
+
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if not await bot.runtime.store.deliveries("bot"):
+            break
+        await asyncio.sleep(0.01)
+    assert await bot.runtime.store.deliveries("bot") == []
+    assert [m.ts for m in bot.slack.replies(bot.slack.channel_id, ts)] == [stale]
