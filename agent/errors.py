@@ -27,6 +27,11 @@ Messages carry ids (agent, session, turn, tool), never tokens or request bodies.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.messages import JsonValue
+
 __all__ = [
     "AgentError",
     "AuthorizeAnswerError",
@@ -77,7 +82,27 @@ class SessionSuspendedError(ConflictError):
 
 
 class ResumeConflictError(ConflictError):
-    """A resume named a turn or request that is not waiting for an answer."""
+    """A resume named a turn or request that is not waiting for an answer.
+
+    When the request was settled already, and the resumer is one who may answer
+    it, the error says how, so a surface can tell them in its own words.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        answered_by: str | None = None,
+        answer: JsonValue = None,
+        expired: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.answered_by = answered_by
+        """Who answered the request first."""
+        self.answer = answer
+        """What they answered."""
+        self.expired = expired
+        """Nobody answered in time; the request was settled as expired."""
 
 
 class ResumeAuthorizationError(AgentError, PermissionError):

@@ -62,7 +62,7 @@ class AgentRuntime:
             if agent.name in self._agents:
                 raise ConfigError(f"two agents are named {agent.name!r}")
             self._agents[agent.name] = agent
-        self._sink = sink
+        self._sinks: list[EventSink] = [sink] if sink is not None else []
         self._sessions: dict[SessionKey, AgentSession] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
@@ -210,14 +210,22 @@ class AgentRuntime:
         if not task.cancelled() and task.exception() is not None:
             logger.error("task %s died", task.get_name(), exc_info=task.exception())
 
+    def add_sink(self, sink: EventSink) -> Callable[[], None]:
+        """Give ``sink`` every event of every turn too (a channel that watches all turns).
+
+        Returns:
+            A function that stops it.
+        """
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink) if sink in self._sinks else None
+
     def emit(self, event: TurnEvent) -> None:
-        """Hand an event to the runtime's sink, if any; a failing sink never stops a turn."""
-        if self._sink is None:
-            return
-        try:
-            self._sink.emit(event)
-        except Exception:
-            logger.exception("the event sink failed on %s", event.type)
+        """Hand an event to the runtime's sinks; a failing sink never stops a turn."""
+        for sink in self._sinks:
+            try:
+                sink.emit(event)
+            except Exception:
+                logger.exception("the event sink failed on %s", event.type)
 
 
 EXPIRY_RETRY_SECONDS = 5.0

@@ -574,11 +574,15 @@ class AgentSession:
         if not is_answerer(turn_id, asked, by=by, granted=granted):
             return not_waiting  # who answered, and how, is only for those who could have
         if answer.get("expired"):
-            return ResumeConflictError(f"request {input_id} of turn {turn_id} already expired")
-        who = answer.get("by") or "someone"
+            return ResumeConflictError(
+                f"request {input_id} of turn {turn_id} already expired", expired=True
+            )
+        who, value = answer.get("by"), answer.get("value")
         return ResumeConflictError(
-            f"request {input_id} of turn {turn_id} was already answered by {who}: "
-            f"{answer.get('value')!r}"
+            f"request {input_id} of turn {turn_id} was already answered by "
+            f"{who or 'someone'}: {value!r}",
+            answered_by=who if isinstance(who, str) else None,
+            answer=value,
         )
 
     async def _answer(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agent import ResumeConflictError
+
 NEEDS_CREDENTIALS = """\
 No Slack credentials found, so this runs the engine offline instead.
 
@@ -32,3 +34,42 @@ def terminal_with_claude(model: str, database: str) -> str:
         "For the Slack bot, create the app from manifest.yml and set SLACK_BOT_TOKEN\n"
         "with SLACK_SIGNING_SECRET (HTTP) or SLACK_APP_TOKEN (Socket Mode).\n"
     )
+
+
+# -- in Slack threads ----------------------------------------------------------------
+
+FAILED_PREFIX = "Sorry, I could not finish this:"
+SUPERSEDED = "_(superseded by a newer message)_"
+RETRYING = "_(the reply broke off; asking again)_"
+CANCELLED = {
+    "replaced": SUPERSEDED,
+    "requested": "_(cancelled)_",
+    "reset": "_(stopped: this conversation was reset)_",
+    "timeout": "_(stopped: this took longer than a turn may)_",
+}
+WAITING_FOR_APPROVAL = (
+    "This thread is waiting for an approval above; answer it first, then ask again."
+)
+EXPIRED_REQUEST = "Expired: nobody answered in time"
+CLICK_FAILED = "That click could not be applied just now; please try again."
+
+
+def only_answerers(who: str) -> str:
+    """Told privately to someone who may not answer a request."""
+    return f"Only {who} can answer this request."
+
+
+def not_waiting(error: ResumeConflictError) -> str:
+    """Told privately to someone who clicked on a request that is settled."""
+    if error.expired:
+        return "This request expired before anyone answered it."
+    if error.answered_by is not None:
+        how = (
+            "approved"
+            if error.answer is True
+            else "denied"
+            if error.answer is False
+            else "answered"
+        )
+        return f"This was already {how} by <@{error.answered_by}>."
+    return "This request is no longer waiting for an answer."

@@ -21,6 +21,7 @@ __all__ = [
     "Decision",
     "approval_blocks",
     "decided_blocks",
+    "expired_blocks",
     "read_decision",
     "who_may_answer",
 ]
@@ -65,6 +66,11 @@ def decided_blocks(prompt: str, *, by: str, approved: bool, at: float | None = N
     # Slack shows the date in the reader's own time zone; the fallback is for old clients
     stamp = f"<!date^{when}^{{date_short_pretty}} at {{time}}|{fallback}>"
     return [_section(prompt), _context(f"{verdict} by <@{by}> {stamp}")]
+
+
+def expired_blocks(prompt: str) -> list[Any]:
+    """The prompt, with the buttons replaced by a note that nobody answered in time."""
+    return [_section(prompt), _context("Expired: nobody answered in time")]
 
 
 def read_decision(action: dict[str, Any]) -> Decision | None:

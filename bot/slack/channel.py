@@ -23,18 +23,30 @@ from agent import (
     ConflictError,
     InvalidAnswerError,
     ResumeAuthorizationError,
+    ResumeConflictError,
     SessionSuspendedError,
     UnknownTurnError,
 )
 from agent.events import TERMINAL_EVENT_TYPES, TurnEvent
-from agent.hitl import REQUEST_ADAPTER
+from agent.hitl import REQUEST_ADAPTER, answer_step
 from agent.messages import JsonValue
 from agent.ports import SessionKey
-from agent.turns import Suspended, TurnRecord
+from agent.turns import TURN_STATUSES_UNFINISHED, Suspended, TurnRecord
+from bot.messages import (
+    CANCELLED,
+    CLICK_FAILED,
+    EXPIRED_REQUEST,
+    FAILED_PREFIX,
+    RETRYING,
+    WAITING_FOR_APPROVAL,
+    not_waiting,
+    only_answerers,
+)
 from bot.slack.blocks import (
     Decision,
     approval_blocks,
     decided_blocks,
+    expired_blocks,
     read_decision,
     who_may_answer,
 )
@@ -45,20 +57,8 @@ __all__ = ["SlackChannel"]
 
 logger = logging.getLogger("bot.slack")
 
-FAILED_PREFIX = "Sorry, I could not finish this:"
-SUPERSEDED = "_(superseded by a newer message)_"
-RETRYING = "_(the reply broke off; asking again)_"
 MAX_FALLBACK_CHARS = 300
 """The notification text beside blocks: a summary (Slack refuses ~4,000 and more)."""
-CANCELLED = {
-    "replaced": SUPERSEDED,
-    "requested": "_(cancelled)_",
-    "reset": "_(stopped: this conversation was reset)_",
-    "timeout": "_(stopped: this took longer than a turn may)_",
-}
-WAITING_FOR_APPROVAL = (
-    "This thread is waiting for an approval above; answer it first, then ask again."
-)
 
 
 class SlackChannel:
@@ -93,6 +93,9 @@ class SlackChannel:
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
         """Turns this process is admitting or answering: a second delivery waits for none."""
+        self._watching: set[str] = set()
+        """Turns whose reply this process is showing."""
+        runtime.add_sink(self)
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         """Run ``work`` in a task this channel keeps, and log it if it fails."""
@@ -127,9 +130,10 @@ class SlackChannel:
             return  # the same message again (a retry, or its other event type)
         self._claimed.add(turn_id)
         try:
+            key = SessionKey(self.agent, inbound.session_id)
+            if inbound.needs_thread and not await self.runtime.store.has_session(key):
+                return  # a thread the bot takes no part in: asked of the store, nothing loaded
             session = self.runtime.session(self.agent, inbound.session_id)
-            if inbound.needs_thread and await session.status() == "new":
-                return  # a thread the bot takes no part in
             turns = await session.turns()
             if any(t.turn_id == turn_id for t in turns):
                 return  # admitted before: its reply is on its way, or landed
@@ -145,14 +149,56 @@ class SlackChannel:
                 speaker = inbound.input.user or ""
                 await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
                 return
-            await self._reply(
-                _Thread(inbound.channel, inbound.thread_ts, inbound.session_id), turn_id
-            )
+            await self._reply(thread, turn_id, since=0)
         finally:
             self._claimed.discard(turn_id)
 
+    def emit(self, event: TurnEvent) -> None:
+        """See every turn start: one resumed with nobody watching (its request expired) is shown."""
+        if event.type != "turn.started" or event.trigger != "resume" or event.agent != self.agent:
+            return
+        thread = _thread_of(event.session)
+        if thread is not None and event.turn_id not in self._watching:
+            self._watching.add(event.turn_id)
+            self.spawn(
+                self._settled_elsewhere(thread, event.turn_id), name=f"reply {event.turn_id}"
+            )
+
+    async def _settled_elsewhere(self, thread: _Thread, turn_id: str) -> None:
+        """A request no click of ours settled (it expired): say so on it, then show the rest."""
+        try:
+            key = SessionKey(self.agent, thread.session_id)
+            state = _state(await self.runtime.store.load_delivery(key, turn_id))
+            asked, shown = state.get("asked"), state.get("shown")
+            if isinstance(asked, str) and isinstance(shown, str):
+                steps = await self.runtime.store.load_steps(key, turn_id)
+                await self._show_settled(
+                    thread.channel, shown, steps.get(answer_step(turn_id, asked))
+                )
+        finally:
+            await self._reply(thread, turn_id)
+
+    async def _show_settled(self, channel: str, shown_ts: str, answer: JsonValue) -> None:
+        """Replace a request's buttons with how it was settled, as its stored answer says."""
+        if not isinstance(answer, dict):
+            return
+        prompt = REQUEST_ADAPTER.validate_python(answer["request"]).prompt
+        by = answer.get("by")
+        if answer.get("expired"):
+            text, blocks = EXPIRED_REQUEST, expired_blocks(prompt)
+        elif isinstance(by, str):
+            approved = answer.get("value") is True
+            text = f"{'Approved' if approved else 'Denied'} by <@{by}>"
+            blocks = decided_blocks(prompt, by=by, approved=approved)
+        else:
+            return
+        try:
+            await self.client.chat_update(channel=channel, ts=shown_ts, text=text, blocks=blocks)
+        except SlackApiError as exc:
+            logger.error("could not show how request %s was settled: %s", shown_ts, _error(exc))
+
     async def _reply(
-        self, thread: _Thread, turn_id: str, *, since: int = 0, adopt: str | None = None
+        self, thread: _Thread, turn_id: str, *, since: int | None = None, adopt: str | None = None
     ) -> None:
         """Show the turn in its thread until it ends or waits for a person.
 
@@ -164,10 +210,23 @@ class SlackChannel:
             thread: Where the reply goes.
             turn_id: The turn.
             since: The transcript index this reply starts at: a continuation after
-                an approval leaves what came before the request to the first reply.
+                an approval leaves what came before the request to the first reply
+                (by default, where the kept state says).
             adopt: A reply message a stopped process left half written, to finish.
         """
+        self._watching.add(turn_id)
+        try:
+            await self._show(thread, turn_id, since=since, adopt=adopt)
+        finally:
+            self._watching.discard(turn_id)
+
+    async def _show(
+        self, thread: _Thread, turn_id: str, *, since: int | None, adopt: str | None
+    ) -> None:
         key = SessionKey(self.agent, thread.session_id)
+        if since is None:
+            kept = _state(await self.runtime.store.load_delivery(key, turn_id)).get("since", 0)
+            since = kept if isinstance(kept, int) else 0
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         speaker = record.input.event if record is not None else None
@@ -186,14 +245,17 @@ class SlackChannel:
         )
         if adopt is not None:
             await reply.adopt(adopt)
+        # its turn.started may have gone by before this watched: the first event will do
+        at_work = adopt is None and record is not None and record.status in TURN_STATUSES_UNFINISHED
         said: dict[int, str] = {}
         """What the turn's steps committed for this reply, by transcript index."""
         attempt, new_step, step_streamed = 1, False, False
         try:
             async for event in session.stream(turn_id):
-                if event.type == "turn.started":
+                if event.type == "turn.started" or at_work:
+                    at_work = False
                     await reply.thinking()
-                elif event.type == "message.delta":
+                if event.type == "message.delta":
                     if event.attempt > attempt:  # the model's reply broke off and is asked again
                         attempt = event.attempt
                         await reply.add_text(f"\n\n{RETRYING}\n\n")
@@ -222,7 +284,7 @@ class SlackChannel:
         except UnknownTurnError:
             await self._keep(key, turn_id, None)  # a reset archived it: nothing left to show
         except SlackApiError as exc:
-            logger.error("turn %s: Slack refused the reply: %s", turn_id, exc.response.get("error"))
+            logger.error("turn %s: Slack refused the reply: %s", turn_id, _error(exc))
         except Exception:
             # a timeout or a dropped connection: the turn goes on, its reply is lost
             logger.exception("turn %s: its reply could not be delivered", turn_id)
@@ -234,12 +296,13 @@ class SlackChannel:
         request = REQUEST_ADAPTER.validate_python(asked)
         blocks = approval_blocks(thread.session_id, turn_id, request)
         summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
-        await self.client.chat_postMessage(
+        posted = await self.client.chat_postMessage(
             channel=thread.channel, thread_ts=thread.thread_ts, text=summary, blocks=blocks
         )
         # the answer's continuation starts after everything the turn said so far
         since = len(await self.runtime.session(self.agent, key.session_id).transcript())
-        await self._keep(key, turn_id, {"asked": request.id, "since": since})
+        shown = str(posted["ts"])
+        await self._keep(key, turn_id, {"asked": request.id, "since": since, "shown": shown})
 
     async def _keep(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         """Keep (or forget, with None) what the thread shows of a turn, for the next start."""
@@ -326,14 +389,23 @@ class SlackChannel:
         session = self.runtime.session(self.agent, decision.session_id)
         parked = await session.parked()
         since = len(await session.transcript())  # the continuation's first message comes next
+        was_watching = decision.turn_id in self._watching
+        self._watching.add(decision.turn_id)  # this click shows the continuation, not the sink
         try:
             await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
         except ResumeAuthorizationError:
             who = who_may_answer(parked.request) if parked else "someone else"
-            await self._tell(channel, clicker, thread, f"Only {who} can answer this request.")
+            await self._tell(channel, clicker, thread, only_answerers(who))
+            self._unwatch_unless(was_watching, decision.turn_id)
+            return
+        except ResumeConflictError as exc:
+            await self._tell(channel, clicker, thread, not_waiting(exc))
+            self._unwatch_unless(was_watching, decision.turn_id)
             return
         except (ConflictError, InvalidAnswerError) as exc:
-            await self._tell(channel, clicker, thread, str(exc))
+            logger.warning("turn %s: a click could not be applied: %s", decision.turn_id, exc)
+            await self._tell(channel, clicker, thread, CLICK_FAILED)
+            self._unwatch_unless(was_watching, decision.turn_id)
             return
         prompt = parked.request.prompt if parked else ""
         if shown_ts is not None:
@@ -348,13 +420,17 @@ class SlackChannel:
                 logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
         await self._reply(thread, decision.turn_id, since=since)
 
+    def _unwatch_unless(self, was_watching: bool, turn_id: str) -> None:
+        if not was_watching:
+            self._watching.discard(turn_id)
+
     async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
         try:
             await self.client.chat_postEphemeral(
                 channel=channel, user=user, thread_ts=thread.thread_ts, text=text
             )
         except SlackApiError as exc:
-            logger.error("could not tell %s privately: %s", user, exc.response.get("error"))
+            logger.error("could not tell %s privately: %s", user, _error(exc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,3 +475,7 @@ def _in_order(said: dict[int, str]) -> list[str]:
 def _state(kept: JsonValue | None) -> dict[str, Any]:
     """A kept delivery state as a dict (empty when none was kept)."""
     return kept if isinstance(kept, dict) else {}
+
+
+def _error(exc: SlackApiError) -> object:
+    return exc.response.get("error")

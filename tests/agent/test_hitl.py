@@ -250,8 +250,10 @@ async def test_a_wrong_turn_input_id_or_state_is_a_conflict(store):
         await session.resume(turn_id, "other", True, by="U1")
     await session.resume(turn_id, "approve", True, by="U1")
     await session.result(turn_id)
-    with pytest.raises(ResumeConflictError, match="already answered by U1: True"):
+    with pytest.raises(ResumeConflictError, match="already answered by U1: True") as settled:
         await session.resume(turn_id, "approve", False, by="U1")
+    assert (settled.value.answered_by, settled.value.answer) == ("U1", True)
+    assert not settled.value.expired
     assert ResumeConflictError.http_status == 409
     assert ResumeAuthorizationError.http_status == 403
     await runtime.close()
@@ -472,8 +474,10 @@ async def test_an_unanswered_request_expires_and_the_tool_sees_it(store):
     assert done.text == "done: {'posted': False, 'expired': True}"
     assert ledger.posted == []
     assert (await answers(store, turn_id))[f"input:{turn_id}:approve"]["expired"] is True
-    with pytest.raises(ResumeConflictError, match="already expired"):
+    with pytest.raises(ResumeConflictError, match="already expired") as late:
         await session.resume(turn_id, "approve", True, by="U1")
+    assert late.value.expired
+    assert late.value.answered_by is None
     await runtime.close()
 
 

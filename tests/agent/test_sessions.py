@@ -60,6 +60,27 @@ async def test_transcript_is_a_copy_of_the_live_messages_in_order(store):
         ]
 
 
+async def test_a_sink_added_later_sees_every_event_until_it_is_removed(store):
+    class Collect:
+        def __init__(self) -> None:
+            self.types: list[str] = []
+
+        def emit(self, event) -> None:
+            self.types.append(event.type)
+
+    first, added = Collect(), Collect()
+    model = ScriptedModel(lambda request: reply("ok"))
+    async with AgentRuntime(store, Agent(name="a", model=model), sink=first) as runtime:
+        stop = runtime.add_sink(added)
+        await runtime.session("a", "s1").turn("one")
+        stop()
+        await runtime.session("a", "s1").turn("two")
+
+    once = ["turn.started", "message.completed", "turn.completed"]
+    assert [t for t in added.types if t != "message.delta"] == once
+    assert [t for t in first.types if t != "message.delta"] == once * 2
+
+
 async def test_turns_of_one_session_run_one_at_a_time_in_order(store):
     order: list[str] = []
     in_flight = 0

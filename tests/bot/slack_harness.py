@@ -22,6 +22,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
+    EXPIRED,
     Agent,
     AgentRuntime,
     ModelRequest,
@@ -44,6 +45,8 @@ from tests.fakes.slack_api import FakeSlack, Message
 
 SECRET = "test-signing-secret"
 WAIT = 5.0
+QUICK = 0.5
+"""Seconds the ``hurry`` tool's request waits for an answer."""
 
 
 @tool
@@ -51,6 +54,13 @@ async def announce(text: str, ctx: ToolContext) -> dict[str, Any]:
     """Post an announcement once the person who asked approves it."""
     approved = await ctx.request_input(id="approve", prompt=f"Announce *{text}*?")
     return {"announced": approved is True}
+
+
+@tool
+async def hurry(ctx: ToolContext) -> dict[str, Any]:
+    """Go ahead only if the person who asked says so quickly."""
+    answer = await ctx.request_input(id="quick", prompt="Go ahead right now?", ttl=QUICK)
+    return {"went_ahead": answer is True, "expired": answer is EXPIRED}
 
 
 def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelRequest], Awaitable[Any]]:
@@ -76,6 +86,7 @@ def _answer(request: ModelRequest) -> Any:
     if text.startswith("announce "):
         return reply("", call("announce", {"text": text.removeprefix("announce ")}))
     asks: dict[str, tuple[str, dict[str, Any]]] = {
+        "hurry": ("hurry", {}),
         "read the thread": ("read_thread", {}),
         "recall": ("recall", {}),
     }
@@ -229,7 +240,7 @@ async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
         client = slack_client(
             Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
         )
-        tools = [announce, *slack_tools(client)]
+        tools = [announce, hurry, *slack_tools(client)]
         runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=tools))
         await runtime.start()
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)

@@ -15,7 +15,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from bot.slack.channel import FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
+from agent import SessionKey
+from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
+from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
 from tests.bot.slack_harness import WAIT, Bot, ask_for_approval
 from tests.fakes.slack_api import STREAM_METHODS
@@ -71,6 +73,9 @@ async def test_a_follow_up_without_a_mention_is_answered_only_in_the_bots_thread
     ]
     await asyncio.sleep(0.2)
     assert [m.text for m in bot.slack.replies(bot.slack.channel_id, other)] == ["ok"]
+    # the chatter of threads it takes no part in costs the bot nothing it keeps
+    foreign = session_id(bot.slack.team_id, bot.slack.channel_id, other)
+    assert SessionKey("bot", foreign) not in bot.runtime._sessions
 
 
 @pytest.mark.parametrize(
@@ -205,7 +210,25 @@ async def test_a_second_click_is_told_who_settled_it(bot: Bot):
     await bot.click("turn_deny", bot.slack.user_id, approval)
 
     [told] = await bot.ephemerals_to(bot.slack.user_id)
-    assert f"already answered by {bot.slack.user_id}: True" in told
+    assert told == f"This was already approved by <@{bot.slack.user_id}>."
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2
+
+
+async def test_a_request_nobody_answers_in_time_says_so_and_the_turn_goes_on(bot: Bot):
+    ts, approval = await ask_for_approval(bot, "hurry")
+    assert approval.text == "Approval needed: Go ahead right now?"
+
+    said = await bot.replies_in(ts, 2)  # nobody clicks
+
+    assert said[1] == "done: {'went_ahead': False, 'expired': True}"
+    [settled] = bot.slack.replies(bot.slack.channel_id, ts)[:1]
+    assert [b["type"] for b in settled.blocks] == ["section", "context"]  # no buttons left
+    assert settled.blocks[1]["elements"][0]["text"] == EXPIRED_REQUEST
+    # a late click is told why nothing happens
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    assert await bot.ephemerals_to(bot.slack.user_id) == [
+        "This request expired before anyone answered it."
+    ]
     assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2
 
 
