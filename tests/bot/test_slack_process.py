@@ -72,9 +72,9 @@ async def bot_process(
     port: int,
     *,
     stderr: int = asyncio.subprocess.PIPE,
-    **extra: str,
+    **extra: str | None,
 ) -> asyncio.subprocess.Process:
-    """``python -m bot`` in ``folder``, set up for the fake Slack; ``extra`` overrides."""
+    """``python -m bot`` in ``folder``, for the fake Slack; ``extra`` overrides, None unsets."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
     env |= {
         "PYTHONPATH": str(ROOT),
@@ -83,8 +83,12 @@ async def bot_process(
         "SLACK_API_URL": slack.base_url,
         "PORT": str(port),
         "DATABASE_URL": f"sqlite:///{folder}/bot.db",
-        **extra,
     }
+    for name, value in extra.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -103,11 +107,11 @@ async def launch(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Launch]:
     port = free_port()
     started: list[Running] = []
 
-    async def start(**extra: str) -> Running:
+    async def start(*, ready: str = "Serving Slack events on", **extra: str | None) -> Running:
         proc = await bot_process(slack, tmp_path, port, stderr=asyncio.subprocess.STDOUT, **extra)
         running = Running(proc, port, [])
         started.append(running)
-        await running.line_starting("Serving Slack events on")
+        await running.line_starting(ready)
         return running
 
     try:
@@ -236,9 +240,15 @@ async def test_a_token_slack_refuses_stops_the_bot_at_start_naming_it(
 
 async def post_click(port: int, button: str, user: str, approval: Message, team: str) -> int:
     """A signed click on ``button`` of ``approval``, form-encoded as Slack posts it."""
+    body = urlencode({"payload": json.dumps(click(button, user, approval, team))})
+    return await post_body(port, body, "application/x-www-form-urlencoded")
+
+
+def click(button: str, user: str, approval: Message, team: str) -> dict[str, Any]:
+    """The ``block_actions`` payload of a click on ``button`` of ``approval``."""
     [actions] = [b for b in approval.blocks if b["type"] == "actions"]
     [element] = [e for e in actions["elements"] if e["action_id"] == button]
-    payload = {
+    return {
         "type": "block_actions",
         "user": {"id": user, "team_id": team},
         "team": {"id": team},
@@ -247,8 +257,24 @@ async def post_click(port: int, button: str, user: str, approval: Message, team:
         "message": {"ts": approval.ts, "thread_ts": approval.thread_ts, "text": approval.text},
         "actions": [{"type": "button", "action_id": button, "value": element["value"]}],
     }
-    body = urlencode({"payload": json.dumps(payload)})
-    return await post_body(port, body, "application/x-www-form-urlencoded")
+
+
+POSTED = "Posted it to <#C0RANDOM>."
+POSTING = (
+    Reply.tool("post_message", {"channel": "C0RANDOM", "text": "Deploy at noon."}),
+    Reply.text(POSTED),
+)
+"""Claude's side of a turn that posts to #random once it is approved."""
+
+
+async def last_reply_becomes(slack: FakeSlack, ts: str, text: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        said = [m.text for m in slack.replies(slack.channel_id, ts)]
+        if said and said[-1] == text:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the thread's last reply never became {text!r}: {said}")
 
 
 async def test_an_approval_clicked_after_a_restart_resumes_the_turn_and_posts_once(
@@ -256,10 +282,7 @@ async def test_an_approval_clicked_after_a_restart_resumes_the_turn_and_posts_on
 ):
     slack.add_channel("C0RANDOM", members=[slack.user_id])
     async with FakeAnthropic() as api:
-        api.queue(
-            Reply.tool("post_message", {"channel": "C0RANDOM", "text": "Deploy at noon."}),
-            Reply.text("Posted it to <#C0RANDOM>."),
-        )
+        api.queue(*POSTING)
         claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
         first = await launch(**claude)
         ts, envelope = mention(slack, "tell #random the deploy is at noon")
@@ -275,14 +298,42 @@ async def test_an_approval_clicked_after_a_restart_resumes_the_turn_and_posts_on
             == 200
         )
 
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            said = [m.text for m in slack.replies(slack.channel_id, ts)]
-            if said and said[-1] == "Posted it to <#C0RANDOM>.":
-                break
-            await asyncio.sleep(0.02)
-        assert said[-1] == "Posted it to <#C0RANDOM>."
+        await last_reply_becomes(slack, ts, POSTED)
         assert [m.text for m in slack.messages("C0RANDOM")] == ["Deploy at noon."]
         decided = next(m for m in slack.replies(slack.channel_id, ts) if m.ts == approval.ts)
         assert f"Approved by <@{slack.user_id}>" in json.dumps(decided.blocks)
         assert len(api.requests) == 2
+
+
+async def test_in_socket_mode_events_and_clicks_come_over_the_socket_and_are_acked(
+    slack: FakeSlack, launch: Launch
+):
+    slack.add_channel("C0RANDOM", members=[slack.user_id])
+    async with FakeAnthropic() as api:
+        api.queue(*POSTING)
+        await launch(
+            ready="Connected to Slack in Socket Mode.",
+            SLACK_APP_TOKEN=slack.app_token,
+            SLACK_SIGNING_SECRET=None,  # no public URL, no signature: the socket is attested
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=api.base_url,
+        )
+        sockets = slack.socket_mode
+        ts, envelope = mention(slack, "tell #random the deploy is at noon")
+
+        first = await sockets.push("events_api", envelope)
+        retried = await sockets.push("events_api", envelope, retry_attempt=1)
+
+        assert await sockets.ack_of(first) == {"envelope_id": first}
+        assert await sockets.ack_of(retried) == {"envelope_id": retried}
+        replies = await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
+        [approval] = [m for m in replies if m.text.startswith("Approval needed:")]
+
+        clicked = await sockets.push(
+            "interactive", click("turn_approve", slack.user_id, approval, slack.team_id)
+        )
+
+        assert (await sockets.ack_of(clicked))["envelope_id"] == clicked
+        await last_reply_becomes(slack, ts, POSTED)
+        assert [m.text for m in slack.messages("C0RANDOM")] == ["Deploy at noon."]
+        assert len(api.requests) == 2  # the retried envelope made no second turn

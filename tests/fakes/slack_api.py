@@ -31,6 +31,10 @@ here the fake's clock decides: ``advance(seconds)`` moves it, ``stream_lifetime`
 sets the limit, ``expire_streams()`` ends every open stream now. After that,
 appends and stops answer ``message_not_in_streaming_state``.
 
+Socket Mode: ``apps.connections.open``, with the app-level token, opens a
+websocket on the same server (``socket_mode``, see ``slack_socket.py``) down
+which a test pushes envelopes as Slack would.
+
 What is not modelled: scopes, rate limits that are not scripted, channel names
 in place of ids, message formatting (``blocks`` are what was sent; Slack would
 add ``rich_text`` blocks for plain text), the tombstone a deleted thread parent
@@ -60,6 +64,7 @@ from tests.fakes.slack_blocks import (
     checked_blocks,
     checked_chunks,
 )
+from tests.fakes.slack_socket import SocketMode
 
 __all__ = [
     "STREAM_METHODS",
@@ -299,6 +304,7 @@ class FakeSlack:
         self,
         *,
         token: str = "xoxb-fake-token",
+        app_token: str = "xapp-fake-app-token",
         team_id: str = "T0TEAM",
         bot_user_id: str = "U0BOT",
         bot_id: str = "B0BOT",
@@ -306,6 +312,9 @@ class FakeSlack:
         max_text_chars: int = MAX_TEXT_CHARS,
     ) -> None:
         self.token = token
+        self.app_token = app_token
+        """The app-level token ``apps.connections.open`` takes (Socket Mode)."""
+        self.socket_mode = SocketMode(app_id)
         self.team_id = team_id
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -343,6 +352,7 @@ class FakeSlack:
             "chat.appendStream": self._append_stream,
             "chat.stopStream": self._stop_stream,
             "assistant.threads.setStatus": self._set_status,
+            "apps.connections.open": self._open_connection,
         }
         self.add_user(bot_user_id, name="bot", is_bot=True)
         self.add_user(self.user_id, name="alice", real_name="Alice Example")
@@ -485,10 +495,12 @@ class FakeSlack:
     async def __aenter__(self) -> FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._on_call)
+        self.socket_mode.route(app)
         self._runner, self._url = await serve_locally(app)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        await self.socket_mode.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -517,7 +529,7 @@ class FakeSlack:
         # never say which token was wrong: error bodies end up in logs
         if not token:
             raise Refusal("not_authed")
-        if token != self.token:
+        if token != (self.app_token if method == "apps.connections.open" else self.token):
             raise Refusal("invalid_auth")
         if self._faults[method]:
             fault = self._faults[method].popleft()
@@ -527,6 +539,10 @@ class FakeSlack:
         return {"ok": True, **handler(params)}
 
     # --- identity
+
+    def _open_connection(self, params: _Params) -> Json:
+        assert self._url is not None
+        return {"url": self._url.replace("http://", "ws://", 1) + self.socket_mode.ticket()}
 
     def _auth_test(self, params: _Params) -> Json:
         return {

@@ -4,6 +4,7 @@ import json
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
@@ -464,3 +465,26 @@ async def test_valid_approval_blocks_are_stored() -> None:
 
     [message] = slack.messages(slack.channel_id)
     assert message.blocks == tuple(blocks)
+
+
+async def test_socket_mode_hands_out_a_one_time_socket_that_greets_and_takes_acks() -> None:
+    async with FakeSlack() as slack, aiohttp.ClientSession() as http:
+        with pytest.raises(SlackApiError) as wrong:
+            await client(slack).apps_connections_open(app_token=slack.token)  # the bot token
+        assert error_of(wrong) == "invalid_auth"
+        opened = await client(slack).apps_connections_open(app_token=slack.app_token)
+        url = opened["url"]
+        assert url.startswith("ws://127.0.0.1:")
+
+        async with http.ws_connect(url) as socket:
+            hello = await socket.receive_json()
+            assert (hello["type"], hello["connection_info"]["app_id"]) == ("hello", slack.app_id)
+            envelope_id = await slack.socket_mode.push("events_api", {"type": "event_callback"})
+            pushed = await socket.receive_json()
+            assert (pushed["envelope_id"], pushed["type"]) == (envelope_id, "events_api")
+            assert pushed["payload"] == {"type": "event_callback"}
+            await socket.send_json({"envelope_id": envelope_id})
+            assert await slack.socket_mode.ack_of(envelope_id) == {"envelope_id": envelope_id}
+
+        async with http.get(url.replace("ws://", "http://")) as used:
+            assert used.status == 401  # each URL is good for one connection
