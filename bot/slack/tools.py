@@ -16,10 +16,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
+from bot.slack.names import SlackNames
 
 __all__ = ["slack_tools"]
 
 PAGE = 50
+THREAD_PAGE = 200
+MAX_THREAD_READ = 1_000
+"""Replies read to find a thread's latest; a thread longer than this shows its first ones."""
 MAX_POST_CHARS = 2_900
 """What an approval can show whole (a section holds 3,000): a longer post is refused."""
 POST_EVENT = "turnbot_post"
@@ -53,41 +57,43 @@ async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -
         raise ToolError(f"{channel} is private: only public channels can be read or posted to")
 
 
-class _Names:
-    """User names by id, asked of Slack once per process."""
-
-    def __init__(self, client: AsyncWebClient) -> None:
-        self._client = client
-        self._names: dict[str, str] = {}
-
-    async def of(self, user: str | None) -> str:
-        if not user:
-            return "someone"
-        if user not in self._names:
-            try:
-                info = (await self._client.users_info(user=user))["user"]
-                self._names[user] = str(info.get("name") or user)
-            except SlackApiError:
-                self._names[user] = user
-        return f"@{self._names[user]} ({user})"
-
-
 def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``."""
-    names = _Names(client)
+    names = SlackNames(client)
 
     async def shown(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         return [
-            {"from": await names.of(m.get("user")), "ts": str(m["ts"]), "text": str(m.get("text"))}
+            {
+                "from": await names.user(m.get("user")),
+                "ts": str(m["ts"]),
+                "text": await names.readable(str(m.get("text") or "")),
+            }
             for m in messages
         ]
 
     @tool
     async def read_thread(ctx: ToolContext) -> dict[str, Any]:
-        """Read the messages of the current thread, oldest first (up to 50)."""
+        """Read the current thread: its first message and the latest 50 replies, oldest first."""
         channel, thread_ts = _where(ctx)
-        answer = await client.conversations_replies(channel=channel, ts=thread_ts, limit=PAGE)
-        return {"messages": await shown(list(answer["messages"]))}
+        replies: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while len(replies) < MAX_THREAD_READ:
+            answer = await client.conversations_replies(
+                channel=channel, ts=thread_ts, limit=THREAD_PAGE, cursor=cursor
+            )
+            replies += answer["messages"]
+            cursor = (answer.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                break
+        root, rest = replies[:1], replies[1:]
+        latest = rest[-(PAGE - 1) :] if len(rest) >= PAGE else rest
+        read: dict[str, Any] = {
+            "channel": await names.channel(channel),
+            "messages": await shown(root + latest),
+        }
+        if len(rest) > len(latest) or cursor is not None:
+            read["skipped"] = "older replies between the first message and these were left out"
+        return read
 
     @tool
     async def read_channel(
@@ -96,11 +102,11 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         """Read recent top-level messages of a channel, newest first, 50 at a time.
 
         Args:
-            channel: A public channel's id (C...), or ``<#C...>`` as Slack writes it.
+            channel: A public channel: its name (``#general``) or id (``C…``).
             ctx: The call's context (the engine fills it in).
             cursor: From a previous call's ``next_cursor``, to read further back.
         """
-        found = channel.strip().removeprefix("<#").split("|")[0].removesuffix(">")
+        found = await names.channel_id(channel)
         await _open_to_all(client, found, ctx)
         try:
             answer = await client.conversations_history(
@@ -109,6 +115,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         except SlackApiError as exc:
             raise ToolError(f"cannot read {channel}: {exc.response.get('error')}") from None
         return {
+            "channel": await names.channel(found),
             "messages": await shown(list(answer["messages"])),
             "next_cursor": (answer.get("response_metadata") or {}).get("next_cursor") or None,
         }
@@ -118,7 +125,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         """Post a message to a channel, once a person allowed to approves it.
 
         Args:
-            channel: The channel id (C...) to post to.
+            channel: A public channel: its name (``#general``) or id (``C…``).
             text: The message, in Slack markdown.
             ctx: The call's context (the engine fills it in).
         """
@@ -127,6 +134,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
                 f"the post is {len(text)} characters; an approval shows {MAX_POST_CHARS} "
                 "at most, so nobody could see what they approve: shorten it"
             )
+        channel = await names.channel_id(channel)
         await _open_to_all(client, channel, ctx)
         quoted = "\n".join(f">{line}" for line in text.splitlines() or [""])
         approved = await ctx.request_input(

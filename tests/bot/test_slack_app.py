@@ -347,6 +347,37 @@ async def test_read_channel_reads_another_channel_and_names_a_bad_one(bot: Bot):
     assert "cannot use C0NOWHERE: channel_not_found" in (await bot.replies_in(other))[0]
 
 
+async def test_the_model_reads_people_and_channels_by_name(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", name="random", members=[bot.slack.user_id])
+    bot.slack.post_user_message("C0RANDOM", "<@U0ALICE> lunch in <#C0GENERAL|general>?")
+
+    by_name = await mention(bot, "read #random")
+    bare = await mention(bot, "read random")
+    missing = await mention(bot, "read #nowhere")
+
+    for thread in (by_name, bare):
+        [said] = await bot.replies_in(thread)
+        assert "'channel': '#random'" in said
+        assert "'text': '@alice (U0ALICE) lunch in #general?'" in said
+    assert "no public channel is named #nowhere" in (await bot.replies_in(missing))[0]
+
+
+async def test_read_thread_of_a_long_thread_shows_its_start_and_its_latest(bot: Bot):
+    root = await mention(bot, "hello")
+    await bot.replies_in(root)
+    for n in range(120):
+        bot.slack.post_user_message(bot.slack.channel_id, f"reply number {n}.", thread_ts=root)
+
+    await mention(bot, "read the thread", thread_ts=root)
+
+    said = (await bot.replies_in(root, 123))[-1]
+    assert "'text': '@bot (U0BOT) hello'" in said  # the thread's first message
+    assert "reply number 119." in said
+    assert "read the thread" in said
+    assert "reply number 0." not in said  # the oldest replies are left out, and it says so
+    assert "'skipped': 'older replies" in said
+
+
 @pytest.mark.parametrize(
     "kind", [{"is_private": True}, {"is_im": True}], ids=["private-channel", "direct-message"]
 )
@@ -372,9 +403,10 @@ async def test_a_post_too_long_to_show_in_an_approval_is_refused(bot: Bot):
     assert bot.slack.messages("C0RANDOM") == []
 
 
-async def test_post_message_waits_for_approval_and_posts_once(bot: Bot):
-    bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
-    root = await mention(bot, "post C0RANDOM the deploy is at noon")
+@pytest.mark.parametrize("named", ["C0RANDOM", "#random"], ids=["by-id", "by-name"])
+async def test_post_message_waits_for_approval_and_posts_once(bot: Bot, named: str):
+    bot.slack.add_channel("C0RANDOM", name="random", members=[bot.slack.user_id])
+    root = await mention(bot, f"post {named} the deploy is at noon")
     [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
     assert "Post to <#C0RANDOM>?" in approval.text
     assert bot.slack.messages("C0RANDOM") == []  # nothing before the approval

@@ -342,6 +342,7 @@ class FakeSlack:
             "auth.test": self._auth_test,
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
+            "conversations.list": self._conversations_list,
             "conversations.history": self._conversations_history,
             "conversations.replies": self._conversations_replies,
             "chat.postMessage": self._post_message,
@@ -576,7 +577,9 @@ class FakeSlack:
         return {"user": wire}
 
     def _conversations_info(self, params: _Params) -> Json:
-        channel = self._channel(params)
+        return {"channel": self._conversations_info_of(self._channel(params))}
+
+    def _conversations_info_of(self, channel: _Channel) -> Json:
         wire: Json = {
             "id": channel.id,
             "name": channel.name,
@@ -592,7 +595,29 @@ class FakeSlack:
         if channel.is_im:
             others = channel.members - {self.bot_user_id}
             wire["user"] = min(others) if others else None
-        return {"channel": wire}
+        return wire
+
+    def _conversations_list(self, params: _Params) -> Json:
+        """Public channels by default (``types``), in id order, paged by an opaque cursor."""
+        kinds = set((params.text("types") or "public_channel").split(","))
+        if not kinds <= {"public_channel", "private_channel", "im", "mpim"}:
+            raise Refusal("invalid_types")
+        listed = sorted(
+            (c for c in self._channels.values() if _kind(c) in kinds), key=lambda c: c.id
+        )
+        limit = min(max(params.number("limit", 100), 1), 1000)
+        cursor = params.text("cursor")
+        start = int(base64.b64decode(cursor).decode().removeprefix("id:")) if cursor else 0
+        page = listed[start : start + limit]
+        more = start + limit < len(listed)
+        return {
+            "channels": [self._conversations_info_of(c) for c in page],
+            "response_metadata": {
+                "next_cursor": base64.b64encode(f"id:{start + limit}".encode()).decode()
+                if more
+                else ""
+            },
+        }
 
     # --- reading
 
@@ -927,6 +952,12 @@ def _in_range(messages: list[Message], params: _Params) -> list[Message]:
         return latest is None or at < latest or (at == latest and inclusive)
 
     return [m for m in messages if inside(m)]
+
+
+def _kind(channel: _Channel) -> str:
+    if channel.is_im:
+        return "im"
+    return "private_channel" if channel.is_private else "public_channel"
 
 
 def _cursor(ts: str) -> str:

@@ -488,3 +488,23 @@ async def test_socket_mode_hands_out_a_one_time_socket_that_greets_and_takes_ack
 
         async with http.get(url.replace("ws://", "http://")) as used:
             assert used.status == 401  # each URL is good for one connection
+
+
+async def test_conversations_list_pages_public_channels_unless_asked_for_others() -> None:
+    async with FakeSlack() as slack:
+        for n in range(3):
+            slack.add_channel(f"C0PUB{n}", name=f"pub-{n}")
+        slack.add_channel("G0SECRET", name="secret", is_private=True)
+        c = client(slack)
+
+        first = await c.conversations_list(limit=2)
+        rest = await c.conversations_list(limit=2, cursor=first["response_metadata"]["next_cursor"])
+        private = await c.conversations_list(types="private_channel")
+
+        names = [ch["name"] for ch in first["channels"] + rest["channels"]]
+        assert names == ["general", "pub-0", "pub-1", "pub-2"]  # C0GENERAL sorts first
+        assert rest["response_metadata"]["next_cursor"] == ""
+        assert [ch["name"] for ch in private["channels"]] == ["secret"]
+        with pytest.raises(SlackApiError) as wrong:
+            await c.conversations_list(types="everything")
+        assert error_of(wrong) == "invalid_types"
