@@ -95,7 +95,11 @@ class SlackChannel:
         """Turns this process is admitting or answering: a second delivery waits for none."""
         self._watching: set[str] = set()
         """Turns whose reply this process is showing."""
-        runtime.add_sink(self)
+        self._unsubscribe = runtime.add_sink(self)
+
+    def close(self) -> None:
+        """Stop watching the runtime's turns (those already shown run on until drained)."""
+        self._unsubscribe()
 
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         """Run ``work`` in a task this channel keeps, and log it if it fails."""
@@ -276,6 +280,9 @@ class SlackChannel:
                     )
                     new_step = True
                 elif event.type == "input.requested":
+                    call_id = event.request.get("call_id")
+                    if isinstance(call_id, str):
+                        await reply.waiting(call_id)
                     await reply.finish(whole=_in_order(said))
                     await self._ask(thread, key, turn_id, event.request)
                 elif event.type in TERMINAL_EVENT_TYPES:
@@ -346,6 +353,7 @@ class SlackChannel:
             if thread is None:
                 continue
             adopt, since = state.get("reply"), state.get("since", 0)
+            self._watching.add(turn_id)  # before the runtime starts it: its events are ours
             self.spawn(
                 self._reply(
                     thread,

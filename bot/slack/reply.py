@@ -28,6 +28,7 @@ __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
 logger = logging.getLogger("bot.slack")
 
 THINKING = "is thinking…"
+WAITING = "waiting for an answer"
 PLACEHOLDER = "…"
 MAX_TASK_TITLE = 256
 MAX_MESSAGE_CHARS = 12_000
@@ -82,6 +83,10 @@ class ThreadReply:
         self._status_set = False
         self._split = False
         """Whether the reply went on past one message."""
+        self._can_stream = True
+        """Until Slack refuses a stream here."""
+        self._titles: dict[str, str] = {}
+        """Each task line's title, by call id."""
 
     @property
     def ts(self) -> str | None:
@@ -123,12 +128,16 @@ class ThreadReply:
             await self._flush()
 
     async def task(self, call_id: str, title: str, status: str) -> None:
-        """Show a tool call as a task line of the stream (only once the stream is open)."""
+        """Show a tool call as a task line of the stream (a reply that is not streamed has none)."""
+        if self._ts is None and self._can_stream:
+            await self._open(self._pending, stream_only=True)  # a call before any words
+            self._pending = ""
         if not self._streaming or self._ts is None:
             return
         await self._flush()
         if not self._streaming:
             return  # the flush found the stream closed
+        self._titles.setdefault(call_id, title)
         chunk = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
         try:
             await self._client.chat_appendStream(
@@ -136,6 +145,11 @@ class ThreadReply:
             )
         except SlackApiError as exc:
             self._stop_streaming(exc)
+
+    async def waiting(self, call_id: str) -> None:
+        """Show a call's task line as waiting (for a person's answer)."""
+        if call_id in self._titles:
+            await self.task(call_id, f"{self._titles[call_id]}: {WAITING}", "pending")
 
     async def finish(self, *, whole: Sequence[str] = (), note: str | None = None) -> None:
         """End the reply, showing every part of ``whole`` and then ``note``.
@@ -203,7 +217,7 @@ class ThreadReply:
         self._shown += text
         await self._update()
 
-    async def _open(self, text: str) -> None:
+    async def _open(self, text: str, *, stream_only: bool = False) -> None:
         user, team = self._recipient
         try:
             started = await self._client.chat_startStream(
@@ -216,6 +230,9 @@ class ThreadReply:
             self._ts, self._streaming = str(started["ts"]), True
         except SlackApiError as exc:
             logger.info("no streaming here (%s): posting the reply instead", _error(exc))
+            self._can_stream = False
+            if stream_only:
+                return
             posted = await self._client.chat_postMessage(
                 channel=self._channel,
                 thread_ts=self._thread_ts,

@@ -114,6 +114,7 @@ async def _serve(
         print("Stopping: no new events; replies in flight get a few seconds.", flush=True)
         await channel.drain(grace=SHUTDOWN_GRACE_SECONDS)
     finally:
+        channel.close()
         await runtime.close()
         await store.close()
         closing = getattr(agent.model, "aclose", None)

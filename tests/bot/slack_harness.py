@@ -45,6 +45,7 @@ from tests.fakes.slack_api import FakeSlack, Message
 
 SECRET = "test-signing-secret"
 WAIT = 5.0
+ASKING = "Approval needed:"
 QUICK = 0.5
 """Seconds the ``hurry`` tool's request waits for an answer."""
 
@@ -250,6 +251,7 @@ async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
         finally:
             await runner.cleanup()
             await channel.drain(grace=1.0)
+            channel.close()
             await runtime.close()
             await store.close()
 
@@ -257,6 +259,16 @@ async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
 async def ask_for_approval(bot: Bot, text: str = "announce the deploy") -> tuple[str, Message]:
     ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
     await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts))
-    await bot.replies_in(ts)
-    [approval] = bot.slack.replies(bot.slack.channel_id, ts)
-    return ts, approval
+    return ts, await approval_in(bot.slack, ts)
+
+
+async def approval_in(slack: FakeSlack, ts: str) -> Message:
+    """The thread's request for an approval, once it is shown."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        asking = [m for m in slack.replies(slack.channel_id, ts) if m.text.startswith(ASKING)]
+        if asking:
+            [approval] = asking
+            return approval
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no approval was asked for in {ts}")

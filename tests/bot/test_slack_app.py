@@ -19,7 +19,7 @@ from agent import SessionKey
 from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from tests.bot.slack_harness import WAIT, Bot, ask_for_approval
+from tests.bot.slack_harness import WAIT, Bot, approval_in, ask_for_approval
 from tests.fakes.slack_api import STREAM_METHODS
 
 
@@ -76,6 +76,30 @@ async def test_a_follow_up_without_a_mention_is_answered_only_in_the_bots_thread
     # the chatter of threads it takes no part in costs the bot nothing it keeps
     foreign = session_id(bot.slack.team_id, bot.slack.channel_id, other)
     assert SessionKey("bot", foreign) not in bot.runtime._sessions
+
+
+async def test_a_mention_in_a_thread_is_answered_in_that_thread(bot: Bot):
+    root = bot.slack.post_user_message(bot.slack.channel_id, "lunch plans?")  # not the bot's
+    bot.slack.post_user_message(bot.slack.channel_id, "tacos", thread_ts=root)
+
+    asked = await mention(bot, "what did we pick?", thread_ts=root)
+
+    assert asked == root
+    said = await bot.replies_in(root, 3)
+    assert said[-1] == "you said: what did we pick?"
+    assert bot.slack.messages(bot.slack.channel_id)[0].ts == root  # no new top-level message
+
+
+async def test_a_direct_message_is_answered_without_a_mention(bot: Bot):
+    bot.slack.add_channel("D0ALICE", members=[bot.slack.user_id], is_im=True)
+    ts = bot.slack.post_user_message("D0ALICE", "are you there?")
+
+    await bot.deliver(
+        bot.envelope("message", "are you there?", ts, channel="D0ALICE", channel_type="im")
+    )
+
+    [answer] = await bot.slack.wait_for_replies("D0ALICE", ts)
+    assert answer.text == "you said: are you there?"
 
 
 @pytest.mark.parametrize(
@@ -170,8 +194,11 @@ async def test_the_speaker_approves_and_the_turn_goes_on_in_the_thread(bot: Bot)
 
     assert await bot.click("turn_approve", bot.slack.user_id, approval) == 200
 
-    said = await bot.replies_in(ts, 2)
-    assert said[1] == "done: {'announced': True}"
+    working, _, done = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 3)
+    assert done.text == "done: {'announced': True}"
+    # the call's task line said it waited for an answer, above the request
+    [task] = working.tasks.values()
+    assert (task["title"], task["status"]) == ("announce: waiting for an answer", "pending")
     [decided] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
     assert not [b for b in decided.blocks if b["type"] == "actions"]  # the buttons are gone
     assert f"Approved by <@{bot.slack.user_id}>" in json.dumps(decided.blocks)
@@ -182,8 +209,9 @@ async def test_deny_tells_the_model_it_was_denied(bot: Bot):
 
     await bot.click("turn_deny", bot.slack.user_id, approval)
 
-    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': False}"
-    assert "Denied by" in json.dumps(bot.slack.replies(bot.slack.channel_id, ts)[0].blocks)
+    assert (await bot.replies_in(ts, 3))[-1] == "done: {'announced': False}"
+    [decided] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
+    assert "Denied by" in json.dumps(decided.blocks)
 
 
 async def test_another_user_is_refused_privately_and_the_buttons_stay(bot: Bot):
@@ -196,7 +224,7 @@ async def test_another_user_is_refused_privately_and_the_buttons_stay(bot: Bot):
     [refusal] = await bot.ephemerals_to("U0BEN")
     assert refusal == f"Only <@{bot.slack.user_id}> can answer this request."
     await asyncio.sleep(0.1)
-    [still] = bot.slack.replies(bot.slack.channel_id, ts)
+    [still] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
     assert [b for b in still.blocks if b["type"] == "actions"]
     assert not bot.slack.calls_to("chat.update")
     assert len(bot.model.requests) == 1
@@ -205,23 +233,23 @@ async def test_another_user_is_refused_privately_and_the_buttons_stay(bot: Bot):
 async def test_a_second_click_is_told_who_settled_it(bot: Bot):
     ts, approval = await ask_for_approval(bot)
     await bot.click("turn_approve", bot.slack.user_id, approval)
-    await bot.replies_in(ts, 2)
+    await bot.replies_in(ts, 3)
 
     await bot.click("turn_deny", bot.slack.user_id, approval)
 
     [told] = await bot.ephemerals_to(bot.slack.user_id)
     assert told == f"This was already approved by <@{bot.slack.user_id}>."
-    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 3
 
 
 async def test_a_request_nobody_answers_in_time_says_so_and_the_turn_goes_on(bot: Bot):
     ts, approval = await ask_for_approval(bot, "hurry")
     assert approval.text == "Approval needed: Go ahead right now?"
 
-    said = await bot.replies_in(ts, 2)  # nobody clicks
+    said = await bot.replies_in(ts, 3)  # nobody clicks
 
-    assert said[1] == "done: {'went_ahead': False, 'expired': True}"
-    [settled] = bot.slack.replies(bot.slack.channel_id, ts)[:1]
+    assert said[-1] == "done: {'went_ahead': False, 'expired': True}"
+    [settled] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
     assert [b["type"] for b in settled.blocks] == ["section", "context"]  # no buttons left
     assert settled.blocks[1]["elements"][0]["text"] == EXPIRED_REQUEST
     # a late click is told why nothing happens
@@ -229,7 +257,7 @@ async def test_a_request_nobody_answers_in_time_says_so_and_the_turn_goes_on(bot
     assert await bot.ephemerals_to(bot.slack.user_id) == [
         "This request expired before anyone answered it."
     ]
-    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 3
 
 
 # -- replace in flight -------------------------------------------------------------------------
@@ -347,6 +375,16 @@ async def test_read_channel_reads_another_channel_and_names_a_bad_one(bot: Bot):
     assert "cannot use C0NOWHERE: channel_not_found" in (await bot.replies_in(other))[0]
 
 
+async def test_a_tool_that_fails_shows_as_a_failed_task_and_the_model_is_told(bot: Bot):
+    root = await mention(bot, "read #nowhere")
+
+    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+
+    [task] = answer.tasks.values()
+    assert (task["title"], task["status"]) == ("read_channel", "error")
+    assert "no public channel is named #nowhere" in answer.text
+
+
 async def test_the_model_reads_people_and_channels_by_name(bot: Bot):
     bot.slack.add_channel("C0RANDOM", name="random", members=[bot.slack.user_id])
     bot.slack.post_user_message("C0RANDOM", "<@U0ALICE> lunch in <#C0GENERAL|general>?")
@@ -407,13 +445,13 @@ async def test_a_post_too_long_to_show_in_an_approval_is_refused(bot: Bot):
 async def test_post_message_waits_for_approval_and_posts_once(bot: Bot, named: str):
     bot.slack.add_channel("C0RANDOM", name="random", members=[bot.slack.user_id])
     root = await mention(bot, f"post {named} the deploy is at noon")
-    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+    approval = await approval_in(bot.slack, root)
     assert "Post to <#C0RANDOM>?" in approval.text
     assert bot.slack.messages("C0RANDOM") == []  # nothing before the approval
 
     await bot.click("turn_approve", bot.slack.user_id, approval)
 
-    said = await bot.replies_in(root, 2)
+    said = await bot.replies_in(root, 3)
     assert "'posted': True" in said[-1]
     [posted] = bot.slack.messages("C0RANDOM")
     assert posted.text == "the deploy is at noon"
@@ -422,11 +460,11 @@ async def test_post_message_waits_for_approval_and_posts_once(bot: Bot, named: s
 async def test_a_denied_post_is_not_posted_and_the_model_is_told(bot: Bot):
     bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
     root = await mention(bot, "post C0RANDOM spam")
-    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+    approval = await approval_in(bot.slack, root)
 
     await bot.click("turn_deny", bot.slack.user_id, approval)
 
-    said = await bot.replies_in(root, 2)
+    said = await bot.replies_in(root, 3)
     assert "'posted': False, 'reason': 'a person denied it'" in said[-1]
     assert bot.slack.messages("C0RANDOM") == []
 
@@ -498,8 +536,8 @@ async def test_a_continuation_that_began_before_anyone_watched_still_lands_whole
     await asyncio.sleep(1.5)  # the first part went out before the reply was watched
     bot.hold.set()
 
-    said = await bot.replies_in(ts, 2)
-    assert said[1] == "Part one. Part two."
+    said = await bot.replies_in(ts, 3)
+    assert said[-1] == "Part one. Part two."
 
 
 async def test_a_click_without_its_message_still_answers_in_the_right_thread(bot: Bot):
@@ -507,7 +545,7 @@ async def test_a_click_without_its_message_still_answers_in_the_right_thread(bot
 
     await bot.click("turn_approve", bot.slack.user_id, approval, without=("message", "container"))
 
-    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': True}"
+    assert (await bot.replies_in(ts, 3))[-1] == "done: {'announced': True}"
 
 
 async def test_a_click_without_a_user_answers_nothing(bot: Bot):
@@ -516,5 +554,5 @@ async def test_a_click_without_a_user_answers_nothing(bot: Bot):
     assert await bot.click("turn_approve", bot.slack.user_id, approval, without=("user",)) == 200
 
     await asyncio.sleep(0.2)
-    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 1
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 2  # its task line and the request
     assert len(bot.model.requests) == 1

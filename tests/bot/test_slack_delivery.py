@@ -15,6 +15,7 @@ import time
 import pytest
 
 from agent import SessionKey
+from bot.slack.channel import SlackChannel
 from bot.slack.inbound import Inbound, read_event
 from bot.slack.reply import MAX_MESSAGE_CHARS
 from tests.bot.slack_harness import WAIT, Bot
@@ -107,19 +108,25 @@ async def test_a_running_turn_takes_up_its_own_reply_message_and_no_other(bot: B
     ]
 
 
-async def test_a_replayed_turn_shows_every_step_it_committed(bot: Bot):
+async def test_a_continuation_nobody_showed_is_shown_at_the_next_start(bot: Bot):
+    bot.channel.close()  # the process that showed this thread is gone
     inbound, ts = await start_unwatched(bot, "announce the release")
     await settled(bot, inbound, "suspended")
     session = bot.runtime.session("bot", inbound.session_id)
     await session.resume(inbound.turn_id, "approve", True, by=bot.slack.user_id)
     await settled(bot, inbound, "completed")
-    # the continuation's reply was never shown, and the request's "since" was kept
+    # it had shown the request, and kept where the continuation starts
     key = SessionKey("bot", inbound.session_id)
     await bot.runtime.store.save_delivery(key, inbound.turn_id, {"asked": "approve", "since": 2})
+    assert bot.slack.replies(bot.slack.channel_id, ts) == []
+    next_start = SlackChannel(bot.runtime, "bot", bot.client, bot_user_id=bot.slack.bot_user_id)
 
-    assert await bot.channel.resume_replies() == 1
+    try:
+        assert await next_start.resume_replies() == 1
 
-    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+        [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    finally:
+        await next_start.drain(grace=1.0)
     assert answer.text == "done: {'announced': True}"
 
 

@@ -24,6 +24,7 @@ import aiohttp
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
+from tests.bot.slack_harness import approval_in
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -287,8 +288,7 @@ async def test_an_approval_clicked_after_a_restart_resumes_the_turn_and_posts_on
         first = await launch(**claude)
         ts, envelope = mention(slack, "tell #random the deploy is at noon")
         await post_signed(first.port, envelope)
-        replies = await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
-        [approval] = [m for m in replies if m.text.startswith("Approval needed:")]
+        approval = await approval_in(slack, ts)
         first.proc.send_signal(signal.SIGTERM)  # a deploy, days before anyone clicks
         assert await first.proc.wait() == 0
         second = await launch(**claude)
@@ -326,8 +326,7 @@ async def test_in_socket_mode_events_and_clicks_come_over_the_socket_and_are_ack
 
         assert await sockets.ack_of(first) == {"envelope_id": first}
         assert await sockets.ack_of(retried) == {"envelope_id": retried}
-        replies = await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
-        [approval] = [m for m in replies if m.text.startswith("Approval needed:")]
+        approval = await approval_in(slack, ts)
 
         clicked = await sockets.push(
             "interactive", click("turn_approve", slack.user_id, approval, slack.team_id)
