@@ -508,7 +508,9 @@ class AgentSession:
             expires_at = request.expires_at
             if expires_at is not None and expires_at <= self._runtime.clock():
                 await self._answer(state, turn_id, request, {"expired": True})
-                raise ResumeConflictError(f"request {input_id} of turn {turn_id} already expired")
+                raise ResumeConflictError(
+                    f"request {input_id} of turn {turn_id} already expired", expired=True
+                )
             await self._answer(state, turn_id, request, {"value": value, "by": by}, granted)
 
     async def expire(self, turn_id: str, input_id: str) -> bool:

@@ -10,9 +10,11 @@ session worker; a crash leaves it on disk for the next start.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
-from collections.abc import Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -82,7 +84,7 @@ class SlackChannel:
         *,
         bot_user_id: str,
         replace_in_flight: bool = True,
-        flush_every: float = 0.4,
+        flush_every: float = 1.0,
     ) -> None:
         self.runtime = runtime
         self.agent = agent
@@ -93,8 +95,14 @@ class SlackChannel:
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
         """Turns this process is admitting or answering: a second delivery waits for none."""
-        self._watching: set[str] = set()
-        """Turns whose reply this process is showing."""
+        self._watching: collections.Counter[str] = collections.Counter()
+        """Claims on showing a turn, by turn id: a click, an admission, a start-up each hold
+        one while they may show it; the runtime's events show a turn nobody claims."""
+        self._admitting: dict[str, _Gate] = {}
+        """One admission at a time per thread: which turn supersedes which is read and
+        acted on together."""
+        self._keeping = asyncio.Lock()
+        """Delivery states that are read, then written, are written one at a time."""
         self._unsubscribe = runtime.add_sink(self)
 
     def close(self) -> None:
@@ -113,12 +121,20 @@ class SlackChannel:
             logger.error("%s failed", task.get_name(), exc_info=task.exception())
 
     async def drain(self, grace: float) -> None:
-        """Wait up to ``grace`` seconds for the tasks in flight, then cancel the rest."""
-        if self._tasks:
-            _, late = await asyncio.wait(set(self._tasks), timeout=grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+        """Wait up to ``grace`` seconds for the tasks in flight, then cancel the rest.
+
+        Tasks started meanwhile (a turn resumed while draining) are waited for too.
+        """
+        deadline = asyncio.get_running_loop().time() + grace
+        while self._tasks:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait(set(self._tasks), timeout=left)
+        late = set(self._tasks)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     def on_event(self, body: dict[str, Any]) -> None:
         """Take a verified Events API envelope; the turn, if any, starts in a task of ours."""
@@ -137,33 +153,61 @@ class SlackChannel:
             key = SessionKey(self.agent, inbound.session_id)
             if inbound.needs_thread and not await self.runtime.store.has_session(key):
                 return  # a thread the bot takes no part in: asked of the store, nothing loaded
-            session = self.runtime.session(self.agent, inbound.session_id)
-            turns = await session.turns()
-            if any(t.turn_id == turn_id for t in turns):
-                return  # admitted before: its reply is on its way, or landed
-            # a late retry of an older message must not supersede a newer one
-            replace = self.replace_in_flight and not any(
-                t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
-                for t in turns
-            )
             thread = _Thread(inbound.channel, inbound.thread_ts, inbound.session_id)
-            try:
-                await session.start(inbound.input, turn_id=turn_id, replace=replace)
-            except SessionSuspendedError:
-                speaker = inbound.input.user or ""
-                await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
-                return
-            await self._reply(thread, turn_id, since=0)
+            async with self._admission(inbound.session_id):
+                admitted = await self._start(inbound, thread)
+            if admitted:
+                await self._reply(thread, turn_id, since=0)
         finally:
             self._claimed.discard(turn_id)
+
+    async def _start(self, inbound: Inbound, thread: _Thread) -> bool:
+        """Admit the turn, superseding what it should; False if it is not to be shown here."""
+        session = self.runtime.session(self.agent, inbound.session_id)
+        turns = await session.turns()
+        if any(t.turn_id == inbound.turn_id for t in turns):
+            return False  # admitted before: its reply is on its way, or landed
+        # a late retry of an older message must not supersede a newer one
+        replace = self.replace_in_flight and not any(
+            t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
+            for t in turns
+        )
+        try:
+            await session.start(inbound.input, turn_id=inbound.turn_id, replace=replace)
+        except SessionSuspendedError:
+            speaker = inbound.input.user or ""
+            await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
+            return False
+        self._watch(inbound.turn_id)  # before the engine may emit: the reply below is its
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _admission(self, session_id: str) -> AsyncIterator[None]:
+        gate = self._admitting.setdefault(session_id, _Gate())
+        gate.users += 1
+        try:
+            async with gate.lock:
+                yield
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._admitting[session_id]  # nobody else waits: do not keep it
+
+    def _watch(self, turn_id: str) -> None:
+        self._watching[turn_id] += 1
+
+    def _unwatch(self, turn_id: str) -> None:
+        self._watching[turn_id] -= 1
+        if self._watching[turn_id] <= 0:
+            del self._watching[turn_id]
 
     def emit(self, event: TurnEvent) -> None:
         """See every turn start: one resumed with nobody watching (its request expired) is shown."""
         if event.type != "turn.started" or event.trigger != "resume" or event.agent != self.agent:
             return
         thread = _thread_of(event.session)
-        if thread is not None and event.turn_id not in self._watching:
-            self._watching.add(event.turn_id)
+        if thread is not None and not self._watching[event.turn_id]:
+            self._watch(event.turn_id)
             self.spawn(
                 self._settled_elsewhere(thread, event.turn_id), name=f"reply {event.turn_id}"
             )
@@ -217,12 +261,13 @@ class SlackChannel:
                 an approval leaves what came before the request to the first reply
                 (by default, where the kept state says).
             adopt: A reply message a stopped process left half written, to finish.
+
+        The caller holds a claim on the turn (`_watch`); this releases it.
         """
-        self._watching.add(turn_id)
         try:
             await self._show(thread, turn_id, since=since, adopt=adopt)
         finally:
-            self._watching.discard(turn_id)
+            self._unwatch(turn_id)
 
     async def _show(
         self, thread: _Thread, turn_id: str, *, since: int | None, adopt: str | None
@@ -236,7 +281,8 @@ class SlackChannel:
         speaker = record.input.event if record is not None else None
 
         async def keep_reply(ts: str) -> None:
-            await self._keep(key, turn_id, {"reply": ts, "since": since})
+            async with self._keeping:
+                await self._keep(key, turn_id, {"reply": ts, "since": since})
 
         reply = ThreadReply(
             self.client,
@@ -309,7 +355,11 @@ class SlackChannel:
         # the answer's continuation starts after everything the turn said so far
         since = len(await self.runtime.session(self.agent, key.session_id).transcript())
         shown = str(posted["ts"])
-        await self._keep(key, turn_id, {"asked": request.id, "since": since, "shown": shown})
+        async with self._keeping:
+            kept = _state(await self.runtime.store.load_delivery(key, turn_id))
+            if "reply" in kept and kept.get("since", 0) >= since:
+                return  # a click was quicker: the continuation's own state is the newer
+            await self._keep(key, turn_id, {"asked": request.id, "since": since, "shown": shown})
 
     async def _keep(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         """Keep (or forget, with None) what the thread shows of a turn, for the next start."""
@@ -353,7 +403,7 @@ class SlackChannel:
             if thread is None:
                 continue
             adopt, since = state.get("reply"), state.get("since", 0)
-            self._watching.add(turn_id)  # before the runtime starts it: its events are ours
+            self._watch(turn_id)  # before the runtime starts it: its events are ours
             self.spawn(
                 self._reply(
                     thread,
@@ -393,44 +443,70 @@ class SlackChannel:
         The thread comes from the session the button was made for, never from the
         payload's other fields.
         """
-        channel = thread.channel
-        session = self.runtime.session(self.agent, decision.session_id)
-        parked = await session.parked()
-        since = len(await session.transcript())  # the continuation's first message comes next
-        was_watching = decision.turn_id in self._watching
-        self._watching.add(decision.turn_id)  # this click shows the continuation, not the sink
+        turn_id = decision.turn_id
+        self._watch(turn_id)  # this click shows the continuation, not the runtime's events
         try:
-            await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
-        except ResumeAuthorizationError:
-            who = who_may_answer(parked.request) if parked else "someone else"
-            await self._tell(channel, clicker, thread, only_answerers(who))
-            self._unwatch_unless(was_watching, decision.turn_id)
+            resumed = await self._apply(decision, thread, clicker)
+        except Exception:
+            logger.exception("turn %s: a click could not be applied", turn_id)
+            await self._tell(thread.channel, clicker, thread, CLICK_FAILED)
+            resumed = None
+        if resumed is None:
+            self._unwatch(turn_id)
             return
-        except ResumeConflictError as exc:
-            await self._tell(channel, clicker, thread, not_waiting(exc))
-            self._unwatch_unless(was_watching, decision.turn_id)
-            return
-        except (ConflictError, InvalidAnswerError) as exc:
-            logger.warning("turn %s: a click could not be applied: %s", decision.turn_id, exc)
-            await self._tell(channel, clicker, thread, CLICK_FAILED)
-            self._unwatch_unless(was_watching, decision.turn_id)
-            return
-        prompt = parked.request.prompt if parked else ""
+        prompt, since = resumed
         if shown_ts is not None:
             try:
                 await self.client.chat_update(
-                    channel=channel,
+                    channel=thread.channel,
                     ts=shown_ts,
                     text=f"{'Approved' if decision.approved else 'Denied'} by <@{clicker}>",
                     blocks=decided_blocks(prompt, by=clicker, approved=decision.approved),
                 )
             except SlackApiError as exc:
-                logger.error("turn %s: could not record the decision: %s", decision.turn_id, exc)
-        await self._reply(thread, decision.turn_id, since=since)
+                logger.error("turn %s: could not record the decision: %s", turn_id, _error(exc))
+        await self._reply(thread, turn_id, since=since)
 
-    def _unwatch_unless(self, was_watching: bool, turn_id: str) -> None:
-        if not was_watching:
-            self._watching.discard(turn_id)
+    async def _apply(
+        self, decision: Decision, thread: _Thread, clicker: str
+    ) -> tuple[str, int] | None:
+        """Resume the turn with the click; its prompt and where its continuation starts.
+
+        None when the click answered nothing (the clicker has been told why).
+        """
+        session = self.runtime.session(self.agent, decision.session_id)
+        parked = await session.parked()
+        since = len(await session.transcript())  # the continuation's first message comes next
+        try:
+            await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
+        except ResumeAuthorizationError:
+            who = who_may_answer(parked.request) if parked else "someone else"
+            await self._tell(thread.channel, clicker, thread, only_answerers(who))
+            return None
+        except ResumeConflictError as exc:
+            await self._tell(thread.channel, clicker, thread, not_waiting(exc))
+            if exc.expired:
+                await self._expired_at_click(thread, decision)
+            return None
+        except (ConflictError, InvalidAnswerError) as exc:
+            logger.warning("turn %s: a click could not be applied: %s", decision.turn_id, exc)
+            await self._tell(thread.channel, clicker, thread, CLICK_FAILED)
+            return None
+        return (parked.request.prompt if parked else ""), since
+
+    async def _expired_at_click(self, thread: _Thread, decision: Decision) -> None:
+        """A click found its request past its time: the engine settled it as expired just now.
+
+        Its continuation then runs with this click's claim on it, so the runtime's
+        events leave it alone: show it here, unless someone already took it up.
+        """
+        key = SessionKey(self.agent, thread.session_id)
+        kept = _state(await self.runtime.store.load_delivery(key, decision.turn_id))
+        if kept.get("asked") == decision.input_id and "reply" not in kept:
+            self._watch(decision.turn_id)
+            self.spawn(
+                self._settled_elsewhere(thread, decision.turn_id), name=f"reply {decision.turn_id}"
+            )
 
     async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
         try:
@@ -439,6 +515,14 @@ class SlackChannel:
             )
         except SlackApiError as exc:
             logger.error("could not tell %s privately: %s", user, _error(exc))
+
+
+@dataclass(slots=True)
+class _Gate:
+    """A thread's admission lock, and how many admissions hold it or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 @dataclass(frozen=True, slots=True)

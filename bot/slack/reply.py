@@ -34,6 +34,9 @@ MAX_TASK_TITLE = 256
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
 
+STREAM_GONE = frozenset({"message_not_in_streaming_state", "stopped_by_user", "message_not_found"})
+"""Errors that mean the stream is closed for good (anything else may leave it open)."""
+
 OnOpen = Callable[[str], Awaitable[None]]
 
 
@@ -48,9 +51,10 @@ class ThreadReply:
         team: Their workspace.
         on_open: Awaited with each message's ts as soon as it exists, so the
             message can be found again after a restart.
-        flush_every: Seconds between stream appends.
+        flush_every: Seconds between stream appends (``chat.appendStream`` is Tier 4,
+            about 100 a minute per workspace: a reply takes at most 60 of them).
         update_every: Seconds between updates of a message that is not streamed
-            (``chat.update`` allows about one a second per message).
+            (``chat.update`` is Tier 3, about 50 a minute).
     """
 
     def __init__(
@@ -62,8 +66,8 @@ class ThreadReply:
         recipient_user: str | None,
         team: str | None,
         on_open: OnOpen | None = None,
-        flush_every: float = 0.4,
-        update_every: float = 1.0,
+        flush_every: float = 1.0,
+        update_every: float = 1.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -81,8 +85,8 @@ class ThreadReply:
         self._streaming = False
         self._last_flush = float("-inf")
         self._status_set = False
-        self._split = False
-        """Whether the reply went on past one message."""
+        self._earlier = ""
+        """What the reply's earlier messages say, once it went on past one."""
         self._can_stream = True
         """Until Slack refuses a stream here."""
         self._titles: dict[str, str] = {}
@@ -129,22 +133,20 @@ class ThreadReply:
 
     async def task(self, call_id: str, title: str, status: str) -> None:
         """Show a tool call as a task line of the stream (a reply that is not streamed has none)."""
-        if self._ts is None and self._can_stream:
-            await self._open(self._pending, stream_only=True)  # a call before any words
-            self._pending = ""
+        self._titles.setdefault(call_id, title)
+        line = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
+        line["status"] = status
+        if self._ts is None and self._can_stream:  # a call before any words: open with it
+            text, self._pending = self._pending, ""
+            await self._open(text, line, stream_only=True)
+            if self._ts is None:
+                self._pending = text + self._pending
+            return
         if not self._streaming or self._ts is None:
             return
         await self._flush()
-        if not self._streaming:
-            return  # the flush found the stream closed
-        self._titles.setdefault(call_id, title)
-        chunk = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
-        try:
-            await self._client.chat_appendStream(
-                channel=self._channel, ts=self._ts, chunks=[chunk | {"status": status}]
-            )
-        except SlackApiError as exc:
-            self._stop_streaming(exc)
+        if self._streaming:
+            await self._send([line])
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""
@@ -160,8 +162,13 @@ class ThreadReply:
                 anyone watched) is shown now, rewriting the message if it must.
             note: A closing line (superseded, failed, ...).
         """
-        missing = [part for part in whole if part not in self._shown + self._pending]
-        if missing and not self._split:
+        # blanks aside: a split eats the paragraph break it cuts at
+        seen = _squashed(self._earlier + self._shown + self._pending)
+        missing = [part for part in whole if _squashed(part) not in seen]
+        if missing and self._earlier:
+            # the messages before this one stay as they are: what they lack comes last
+            self._pending += "\n\n" + "\n\n".join(missing)
+        elif missing:
             self._shown, self._pending = "", "\n\n".join(whole)
             if self._ts is not None and self._streaming:
                 await self._close_stream()
@@ -189,7 +196,8 @@ class ThreadReply:
             room = MAX_MESSAGE_CHARS - len(self._shown)
             head, text = _cut(text, room) if room > 0 else ("", text)
             await self._write(head, last=True)
-            self._ts, self._shown, self._streaming, self._split = None, "", False, True
+            self._earlier += self._shown
+            self._ts, self._shown, self._streaming = None, "", False
         await self._write(text, last=last)
 
     async def _write(self, text: str, *, last: bool) -> None:
@@ -200,30 +208,25 @@ class ThreadReply:
                 await self._close_stream()
             return
         if self._streaming:
-            try:
-                if last:
-                    await self._client.chat_stopStream(
-                        channel=self._channel, ts=self._ts, markdown_text=text or None
-                    )
-                    self._streaming = False
-                elif text:
-                    await self._client.chat_appendStream(
-                        channel=self._channel, ts=self._ts, markdown_text=text
-                    )
+            if not text and not last:
+                return
+            if await self._send([_markdown(text)] if text else [], stop=last):
                 self._shown += text
                 return
-            except SlackApiError as exc:
-                self._stop_streaming(exc)
         self._shown += text
         await self._update()
 
-    async def _open(self, text: str, *, stream_only: bool = False) -> None:
+    async def _open(
+        self, text: str, task: dict[str, str] | None = None, *, stream_only: bool = False
+    ) -> None:
         user, team = self._recipient
+        # a stream keeps to chunks throughout: Slack refuses markdown_text after chunks
+        chunks = ([_markdown(text)] if text else []) + ([task] if task else [])
         try:
             started = await self._client.chat_startStream(
                 channel=self._channel,
                 thread_ts=self._thread_ts,
-                markdown_text=text or None,
+                chunks=chunks or None,
                 recipient_user_id=user,
                 recipient_team_id=team,
             )
@@ -243,18 +246,36 @@ class ThreadReply:
         if self._on_open is not None:
             await self._on_open(self._ts)
 
-    async def _close_stream(self) -> None:
+    async def _send(self, chunks: list[dict[str, str]], *, stop: bool = False) -> bool:
+        """Append ``chunks`` to the open stream (or end it with them); False if it is gone."""
         assert self._ts is not None
-        self._streaming = False
         try:
-            await self._client.chat_stopStream(channel=self._channel, ts=self._ts)
+            if stop:
+                await self._client.chat_stopStream(
+                    channel=self._channel, ts=self._ts, chunks=chunks or None
+                )
+                self._streaming = False
+            else:
+                await self._client.chat_appendStream(
+                    channel=self._channel, ts=self._ts, chunks=chunks
+                )
+            return True
         except SlackApiError as exc:
-            logger.info("stream %s could not be closed (%s)", self._ts, _error(exc))
+            await self._lose_stream(exc)
+            return False
 
-    def _stop_streaming(self, exc: SlackApiError) -> None:
-        """Slack closed the stream (or refused it): carry on by updating the message."""
-        logger.info("stream %s ended by Slack (%s): updating it instead", self._ts, _error(exc))
+    async def _close_stream(self) -> None:
+        await self._send([], stop=True)
+
+    async def _lose_stream(self, exc: SlackApiError) -> None:
+        """Carry on by updating the message: Slack closed the stream, or refused it."""
+        error = _error(exc)
+        logger.info("stream %s refused (%s): updating the message instead", self._ts, error)
         self._streaming = False
+        if error not in STREAM_GONE and self._ts is not None:
+            # still open: an open stream cannot be updated, so end it first (best effort)
+            with contextlib.suppress(SlackApiError):
+                await self._client.chat_stopStream(channel=self._channel, ts=self._ts)
 
     async def _update(self) -> None:
         assert self._ts is not None
@@ -273,6 +294,14 @@ def _cut(text: str, room: int) -> tuple[str, str]:
         if at > room // 2:
             return text[:at], text[at + len(boundary) :]
     return text[:room], text[room:]
+
+
+def _squashed(text: str) -> str:
+    return "".join(text.split())
+
+
+def _markdown(text: str) -> dict[str, str]:
+    return {"type": "markdown_text", "text": text}
 
 
 def _error(exc: SlackApiError) -> Any:

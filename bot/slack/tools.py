@@ -24,8 +24,8 @@ PAGE = 50
 THREAD_PAGE = 200
 MAX_THREAD_READ = 1_000
 """Replies read to find a thread's latest; a thread longer than this shows its first ones."""
-MAX_POST_CHARS = 2_900
-"""What an approval can show whole (a section holds 3,000): a longer post is refused."""
+MAX_PROMPT_CHARS = 3_000
+"""What an approval shows whole (a section's text): a post whose prompt is longer is refused."""
 POST_EVENT = "turnbot_post"
 """The metadata event type our posts carry, with the call's idempotency key."""
 
@@ -39,13 +39,13 @@ def _where(ctx: ToolContext) -> tuple[str, str]:
 
 
 async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -> None:
-    """Refuse a conversation not every member of the workspace may read.
+    """Refuse a conversation not every member of the workspace may read, or the bot is not in.
 
     The turn's own conversation is always fine; elsewhere only public channels:
     a direct message or a private channel would show one person's words to another.
 
     Raises:
-        ToolError: It is private, or Slack does not know it.
+        ToolError: It is private, the bot is not in it, or Slack does not know it.
     """
     if channel == _where(ctx)[0]:
         return
@@ -55,6 +55,10 @@ async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -
         raise ToolError(f"cannot use {channel}: {exc.response.get('error')}") from None
     if info.get("is_im") or info.get("is_mpim") or info.get("is_private"):
         raise ToolError(f"{channel} is private: only public channels can be read or posted to")
+    if not info.get("is_member"):
+        # outside it, the bot can neither read it nor check that a post went out once
+        name = info.get("name") or channel
+        raise ToolError(f"the bot is not in #{name}: ask someone to /invite it there first")
 
 
 def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
@@ -129,17 +133,17 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
             text: The message, in Slack markdown.
             ctx: The call's context (the engine fills it in).
         """
-        if len(text) > MAX_POST_CHARS:
-            raise ToolError(
-                f"the post is {len(text)} characters; an approval shows {MAX_POST_CHARS} "
-                "at most, so nobody could see what they approve: shorten it"
-            )
         channel = await names.channel_id(channel)
-        await _open_to_all(client, channel, ctx)
         quoted = "\n".join(f">{line}" for line in text.splitlines() or [""])
-        approved = await ctx.request_input(
-            id="post", prompt=f"Post to <#{channel}>?\n{quoted}", schema={"type": "boolean"}
-        )
+        prompt = f"Post to <#{channel}>?\n{quoted}"
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise ToolError(
+                f"the post is {len(text)} characters on {len(text.splitlines())} lines; an "
+                f"approval shows {MAX_PROMPT_CHARS} characters with the quote marks, so nobody "
+                "could see all of what they approve: shorten it"
+            )
+        await _open_to_all(client, channel, ctx)
+        approved = await ctx.request_input(id="post", prompt=prompt, schema={"type": "boolean"})
         if approved is EXPIRED:
             return {"posted": False, "reason": "nobody answered in time"}
         if approved is not True:

@@ -689,8 +689,9 @@ async def test_an_answer_after_the_deadline_is_refused_and_the_request_expires(s
     runtime.clock = lambda: now["t"]
     session, turn_id = await park(runtime)
     now["t"] += 3600  # the click comes an hour late; no timer has fired yet
-    with pytest.raises(ResumeConflictError, match="already expired"):
+    with pytest.raises(ResumeConflictError, match="already expired") as late:
         await session.resume(turn_id, "approve", True, by="U1")
+    assert late.value.expired  # a surface can say so, and show the turn that goes on
     assert (await next_ending(session, turn_id)).text == (
         "done: {'posted': False, 'expired': True}"
     )

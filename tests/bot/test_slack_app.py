@@ -19,7 +19,7 @@ from agent import SessionKey
 from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from tests.bot.slack_harness import WAIT, Bot, approval_in, ask_for_approval
+from tests.bot.slack_harness import QUICK, WAIT, Bot, approval_in, ask_for_approval
 from tests.fakes.slack_api import STREAM_METHODS
 
 
@@ -260,6 +260,23 @@ async def test_a_request_nobody_answers_in_time_says_so_and_the_turn_goes_on(bot
     assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 3
 
 
+async def test_a_click_that_finds_its_request_overdue_shows_the_turn_going_on(bot: Bot):
+    ts, approval = await ask_for_approval(bot, "hurry")
+    bot.runtime.clock = lambda: time.time() + 60  # past its time; the timer has not fired
+
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+
+    assert await bot.ephemerals_to(bot.slack.user_id) == [
+        "This request expired before anyone answered it."
+    ]
+    said = await bot.replies_in(ts, 3)
+    assert said[-1] == "done: {'went_ahead': False, 'expired': True}"
+    [settled] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == approval.ts]
+    assert not [b for b in settled.blocks if b["type"] == "actions"]  # no live buttons left
+    await asyncio.sleep(QUICK * 2)  # the timer fires too, and finds nothing to do
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 3
+
+
 # -- replace in flight -------------------------------------------------------------------------
 
 
@@ -432,10 +449,28 @@ async def test_a_private_conversation_is_neither_read_nor_posted_to(bot: Bot, ki
     assert [m.text for m in bot.slack.messages("G0SECRET")] == ["salary review"]
 
 
-async def test_a_post_too_long_to_show_in_an_approval_is_refused(bot: Bot):
+async def test_a_channel_the_bot_is_not_in_is_neither_read_nor_posted_to(bot: Bot):
+    bot.slack.add_channel("C0RANDOM", name="random", members=[bot.slack.user_id])
+    bot.slack.add_channel("C0OUTSIDE", name="outside", bot_is_member=False)
+
+    read = await mention(bot, "read #outside")
+    post = await mention(bot, "post #outside hello")
+
+    for thread in (read, post):
+        [said] = await bot.replies_in(thread)
+        assert "the bot is not in #outside: ask someone to /invite it there first" in said
+    assert bot.slack.messages("C0OUTSIDE") == []
+
+
+@pytest.mark.parametrize(
+    "post",
+    ["word " * 700, "".join(f"item {n:04}\n" for n in range(280))],  # the second: 2,800 chars
+    ids=["long", "many-lines-quoted-past-the-limit"],
+)
+async def test_a_post_too_long_to_show_in_an_approval_is_refused(bot: Bot, post: str):
     bot.slack.add_channel("C0RANDOM", members=[bot.slack.user_id])
 
-    root = await mention(bot, "post C0RANDOM " + "word " * 700)
+    root = await mention(bot, f"post C0RANDOM {post}")
 
     assert "shorten it" in (await bot.replies_in(root))[0]
     assert bot.slack.messages("C0RANDOM") == []

@@ -15,10 +15,11 @@ import time
 import pytest
 
 from agent import SessionKey
+from agent.messages import JsonValue
 from bot.slack.channel import SlackChannel
 from bot.slack.inbound import Inbound, read_event
 from bot.slack.reply import MAX_MESSAGE_CHARS
-from tests.bot.slack_harness import WAIT, Bot
+from tests.bot.slack_harness import WAIT, Bot, approval_in
 from tests.fakes.slack_api import STREAM_METHODS
 
 
@@ -164,3 +165,39 @@ async def test_a_kept_state_of_a_turn_a_reset_archived_is_let_go(bot: Bot):
         await asyncio.sleep(0.01)
     assert await bot.runtime.store.deliveries("bot") == []
     assert [m.ts for m in bot.slack.replies(bot.slack.channel_id, ts)] == [stale]
+
+
+async def test_a_click_before_the_request_was_kept_shows_the_continuation_once(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch
+):
+    store, clicked = bot.runtime.store, asyncio.Event()
+    keep = store.save_delivery
+
+    async def slow_disk(key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        if isinstance(state, dict) and "asked" in state:
+            await clicked.wait()  # the buttons are up; keeping that they are is slow
+        await keep(key, turn_id, state)
+
+    monkeypatch.setattr(store, "save_delivery", slow_disk)
+    ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> announce in two parts")
+    await bot.deliver(bot.envelope("app_mention", "<@U0BOT> announce in two parts", ts))
+    approval = await approval_in(bot.slack, ts)
+
+    await bot.click("turn_approve", bot.slack.user_id, approval)
+    await asyncio.wait_for(bot.held.wait(), WAIT)  # the continuation is under way
+    clicked.set()
+    await asyncio.sleep(0.2)  # the late keeping of the request is done with
+    inbound = read_event(bot.envelope("app_mention", "x", ts), bot_user_id=bot.slack.bot_user_id)
+    assert isinstance(inbound, Inbound)
+    kept = await store.load_delivery(SessionKey("bot", inbound.session_id), inbound.turn_id)
+    assert isinstance(kept, dict)
+    assert "reply" in kept  # what a restart must take up is the continuation's message
+    bot.hold.set()
+
+    said = await bot.replies_in(ts, 3)
+    await asyncio.sleep(0.3)  # time for a second continuation, were there one
+    assert said[-1] == "Part one. Part two."
+    assert len(bot.slack.replies(bot.slack.channel_id, ts)) == 3
+    decided = [c for c in bot.slack.calls_to("chat.update") if c.params.get("ts") == approval.ts]
+    assert len(decided) == 1
+    assert await store.deliveries("bot") == []  # all shown: nothing kept for the next start

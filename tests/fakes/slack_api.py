@@ -20,9 +20,12 @@ except a scripted rate limit, which is an HTTP 429 with ``Retry-After`` as Slack
 sends it. It keeps messages per channel and refuses what Slack refuses where
 that matters to a bot: an unknown channel, a message that is not there or not
 the bot's, text or Block Kit over Slack's limits, a stream that is no longer
-streaming. A method it does not implement answers ``unknown_method``, as Slack
-answers a method that does not exist: a call the fake cannot answer faithfully
-fails loudly rather than passing.
+streaming, a stream fed ``markdown_text`` after ``chunks`` or the other way round
+(``streaming_mode_mismatch``), an update of a message still streaming
+(``streaming_state_conflict``), ``markdown_text`` beside ``text`` or ``blocks``.
+A method it does not implement answers ``unknown_method``, as Slack answers a
+method that does not exist: a call the fake cannot answer faithfully fails
+loudly rather than passing.
 
 Streams (``chat.startStream`` / ``appendStream`` / ``stopStream``) build one
 message whose ``text`` is everything streamed. Slack ends a stream about five
@@ -330,6 +333,7 @@ class FakeSlack:
         self._users: dict[str, _User] = {}
         self._channels: dict[str, _Channel] = {}
         self._stream_started: dict[tuple[str, str], int] = {}
+        self._stream_mode: dict[tuple[str, str], str | None] = {}
         self._faults: dict[str, collections.deque[_Fault]] = collections.defaultdict(
             collections.deque
         )
@@ -707,9 +711,14 @@ class FakeSlack:
     def _update(self, params: _Params) -> Json:
         channel = self._channel(params)
         found = self._own_message(channel, params, not_owned="cant_update_message")
+        if found.stream == "streaming":
+            # "The message is currently streaming text and cannot be edited"
+            raise Refusal("streaming_state_conflict")
         text = params.text("text")
         markdown = params.text("markdown_text")
         blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format"))
+        if markdown and (text or blocks is not None):
+            raise Refusal("markdown_text_conflict")
         if not text and not markdown and blocks is None:
             raise Refusal("no_text")
         new_text = self._checked_text(text, markdown) if text or markdown else found.text
@@ -786,6 +795,7 @@ class FakeSlack:
             thread_ts=self._thread_root(channel, thread_ts),
             stream="streaming",
         )
+        self._stream_mode[(channel.id, message.ts)] = self._mode_of(params, None)
         channel.messages[message.ts] = self._streamed(message, params)
         self._stream_started[(channel.id, message.ts)] = self._now
         return {"channel": channel.id, "ts": message.ts}
@@ -817,7 +827,20 @@ class FakeSlack:
         found = self._own_message(channel, params, not_owned="message_not_owned_by_app")
         if found.stream != "streaming":
             raise Refusal("message_not_in_streaming_state")
+        key = (channel.id, found.ts)
+        self._stream_mode[key] = self._mode_of(params, self._stream_mode.get(key))
         return channel, found
+
+    def _mode_of(self, params: _Params, current: str | None) -> str | None:
+        """A stream keeps to the kind of content it began with (markdown_text or chunks)."""
+        md = bool(params.text("markdown_text"))
+        ch = bool(params.structured("chunks", "invalid_chunks"))
+        if md and ch:
+            raise Refusal("cannot_provide_both_markdown_text_and_chunks")
+        mode = "markdown" if md else "chunks" if ch else None
+        if mode and current and mode != current:
+            raise Refusal("streaming_mode_mismatch")
+        return current or mode
 
     def _streamed(self, message: Message, params: _Params) -> Message:
         """The message with this call's markdown_text and chunks applied, in that order."""
@@ -875,6 +898,8 @@ class FakeSlack:
         blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format"))
         if not text and not markdown and not blocks and not params.values.get("attachments"):
             raise Refusal("no_text")
+        if markdown and (text or blocks is not None):
+            raise Refusal("markdown_text_conflict")  # "cannot be used with text or blocks"
         return self._checked_text(text, markdown), blocks
 
     def _checked_text(self, text: str | None, markdown: str | None) -> str:

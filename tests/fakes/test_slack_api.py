@@ -508,3 +508,32 @@ async def test_conversations_list_pages_public_channels_unless_asked_for_others(
         with pytest.raises(SlackApiError) as wrong:
             await c.conversations_list(types="everything")
         assert error_of(wrong) == "invalid_types"
+
+
+async def test_a_stream_keeps_to_its_kind_of_content_and_cannot_be_updated_while_open() -> None:
+    async with FakeSlack() as slack:
+        c = client(slack)
+        root = slack.post_user_message(slack.channel_id, "<@U0BOT> hi")
+        started = await start_stream(c, slack, root, markdown_text="Hello")
+        ts = started["ts"]
+        chunk = {"type": "markdown_text", "text": " there"}
+
+        with pytest.raises(SlackApiError) as mixed:
+            await c.chat_appendStream(channel=slack.channel_id, ts=ts, chunks=[chunk])
+        with pytest.raises(SlackApiError) as both:
+            await c.chat_appendStream(
+                channel=slack.channel_id, ts=ts, markdown_text=" there", chunks=[chunk]
+            )
+        with pytest.raises(SlackApiError) as open_update:
+            await c.chat_update(channel=slack.channel_id, ts=ts, markdown_text="Hi")
+        with pytest.raises(SlackApiError) as conflict:
+            await c.chat_postMessage(channel=slack.channel_id, text="a", markdown_text="b")
+
+        assert error_of(mixed) == "streaming_mode_mismatch"
+        assert error_of(both) == "cannot_provide_both_markdown_text_and_chunks"
+        assert error_of(open_update) == "streaming_state_conflict"
+        assert error_of(conflict) == "markdown_text_conflict"
+        await c.chat_stopStream(channel=slack.channel_id, ts=ts)
+        await c.chat_update(channel=slack.channel_id, ts=ts, markdown_text="Hi")  # now it may
+        [reply] = slack.replies(slack.channel_id, root)
+        assert (reply.text, reply.stream) == ("Hi", "stopped")

@@ -1,0 +1,85 @@
+"""One reply message against the fake Slack Web API: streaming, refusals, splitting."""
+
+from __future__ import annotations
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.reply import MAX_MESSAGE_CHARS, ThreadReply
+from tests.fakes.slack_api import FakeSlack
+
+
+class Clock:
+    """Monotonic seconds that move only when told: flushes fall due on demand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reply_in(slack: FakeSlack, clock: Clock, thread: str) -> ThreadReply:
+    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+    return ThreadReply(
+        client,
+        channel=slack.channel_id,
+        thread_ts=thread,
+        recipient_user=slack.user_id,
+        team=slack.team_id,
+        clock=clock,
+    )
+
+
+async def test_a_stream_refused_for_a_passing_reason_is_closed_then_updated_to_the_end():
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        reply = reply_in(slack, clock, thread)
+        await reply.add_text("Hello")
+        slack.fail_next("chat.appendStream", "internal_error")  # the stream is still open
+        clock.now += 2
+        await reply.add_text(" world")
+        clock.now += 2
+        await reply.add_text(", bye")
+
+        await reply.finish(whole=["Hello world, bye"])
+
+        [message] = slack.replies(slack.channel_id, thread)
+        assert (message.text, message.stream) == ("Hello world, bye", "stopped")
+
+
+async def test_a_stream_is_fed_chunks_only_text_and_task_lines_alike():
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        reply = reply_in(slack, clock, thread)
+
+        await reply.task("call_1", "read_thread", "in_progress")  # before any words
+        await reply.task("call_1", "read_thread", "complete")
+        clock.now += 2
+        await reply.add_text("It says hello.")
+        await reply.finish(whole=["It says hello."])
+
+        [message] = slack.replies(slack.channel_id, thread)
+        assert (message.text, message.stream) == ("It says hello.", "stopped")
+        assert message.tasks["call_1"]["status"] == "complete"
+        stream_calls = slack.calls_to("chat.startStream", "chat.appendStream", "chat.stopStream")
+        assert all("markdown_text" not in call.params for call in stream_calls)
+
+
+async def test_a_split_reply_still_shows_a_part_it_never_streamed():
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        reply = reply_in(slack, clock, thread)
+        first = "A" * 7_000 + "\n\n" + "B" * 7_000
+        await reply.add_text(first)  # one message cannot hold it: two
+        missed = "a step whose words were streamed before anyone watched"
+
+        await reply.finish(whole=[first, missed])
+
+        said = [m.text for m in slack.replies(slack.channel_id, thread)]
+        assert len(said) == 2
+        assert all(len(text) <= MAX_MESSAGE_CHARS for text in said)
+        assert said[0] == "A" * 7_000
+        assert said[1] == "B" * 7_000 + "\n\n" + missed
