@@ -246,13 +246,13 @@ class SlackChannel:
             logger.error("could not show how request %s was settled: %s", shown_ts, _error(exc))
 
     async def _reply(
-        self, thread: _Thread, turn_id: str, *, since: int | None = None, adopt: str | None = None
+        self, thread: _Thread, turn_id: str, *, since: int | None = None, taking_up: bool = False
     ) -> None:
         """Show the turn in its thread until it ends or waits for a person.
 
         What the thread shows is kept in the store as it changes (the reply
-        message being written, the request shown), so a process that starts
-        after a crash finishes that message instead of posting a second one.
+        messages being written, the request shown), so a process that starts
+        after a crash finishes that reply instead of posting a second one.
 
         Args:
             thread: Where the reply goes.
@@ -260,29 +260,37 @@ class SlackChannel:
             since: The transcript index this reply starts at: a continuation after
                 an approval leaves what came before the request to the first reply
                 (by default, where the kept state says).
-            adopt: A reply message a stopped process left half written, to finish.
+            taking_up: At start-up: carry on in the reply a stopped process left
+                half written, as the kept state names it.
 
         The caller holds a claim on the turn (`_watch`); this releases it.
         """
         try:
-            await self._show(thread, turn_id, since=since, adopt=adopt)
+            await self._show(thread, turn_id, since=since, taking_up=taking_up)
         finally:
             self._unwatch(turn_id)
 
     async def _show(
-        self, thread: _Thread, turn_id: str, *, since: int | None, adopt: str | None
+        self, thread: _Thread, turn_id: str, *, since: int | None, taking_up: bool
     ) -> None:
         key = SessionKey(self.agent, thread.session_id)
+        kept: dict[str, Any] = {}
+        if since is None or taking_up:
+            kept = _state(await self.runtime.store.load_delivery(key, turn_id))
         if since is None:
-            kept = _state(await self.runtime.store.load_delivery(key, turn_id)).get("since", 0)
-            since = kept if isinstance(kept, int) else 0
+            since = kept["since"] if isinstance(kept.get("since"), int) else 0
+        adopt = kept.get("reply") if isinstance(kept.get("reply"), str) else None
+        await self._delete(thread.channel, kept.get("more"))  # rewritten from the first
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         speaker = record.input.event if record is not None else None
+        opened: list[str] = [adopt] if adopt else []
 
         async def keep_reply(ts: str) -> None:
+            opened.append(ts)  # a reply too long for one message goes on in the next
+            state = {"reply": opened[0], "more": opened[1:], "since": since}
             async with self._keeping:
-                await self._keep(key, turn_id, {"reply": ts, "since": since})
+                await self._keep(key, turn_id, state)
 
         reply = ThreadReply(
             self.client,
@@ -383,10 +391,10 @@ class SlackChannel:
             for key, turn_id, state in await self.runtime.store.deliveries(self.agent)
         }
         # a kept state means the thread is not done with the turn (it is forgotten at its end)
-        owed = dict(kept)
+        owed = set(kept)
         for key, record in await self.runtime.store.unfinished_turns():
             if key.agent == self.agent:
-                owed.setdefault((key.session_id, record.turn_id), {})
+                owed.add((key.session_id, record.turn_id))
         for key, record in await self.runtime.store.suspended_turns():
             at = (key.session_id, record.turn_id)
             parked = record.result
@@ -394,25 +402,16 @@ class SlackChannel:
             if key.agent != self.agent:
                 continue
             if kept.get(at, {}).get("asked") == request:
-                owed.pop(at, None)  # its request is showing: the click does the rest
+                owed.discard(at)  # its request is showing: the click does the rest
             else:
-                owed.setdefault(at, {})
+                owed.add(at)
         count = 0
-        for (session_id, turn_id), state in owed.items():
+        for session_id, turn_id in sorted(owed):
             thread = _thread_of(session_id)
             if thread is None:
                 continue
-            adopt, since = state.get("reply"), state.get("since", 0)
             self._watch(turn_id)  # before the runtime starts it: its events are ours
-            self.spawn(
-                self._reply(
-                    thread,
-                    turn_id,
-                    since=since if isinstance(since, int) else 0,
-                    adopt=adopt if isinstance(adopt, str) else None,
-                ),
-                name=f"reply {turn_id}",
-            )
+            self.spawn(self._reply(thread, turn_id, taking_up=True), name=f"reply {turn_id}")
             count += 1
         return count
 
@@ -507,6 +506,14 @@ class SlackChannel:
             self.spawn(
                 self._settled_elsewhere(thread, decision.turn_id), name=f"reply {decision.turn_id}"
             )
+
+    async def _delete(self, channel: str, messages: object) -> None:
+        """Delete the bot's own messages (best effort)."""
+        for ts in messages if isinstance(messages, list) else ():
+            try:
+                await self.client.chat_delete(channel=channel, ts=str(ts))
+            except SlackApiError as exc:
+                logger.warning("could not delete reply %s: %s", ts, _error(exc))
 
     async def _tell(self, channel: str, user: str, thread: _Thread, text: str) -> None:
         try:

@@ -142,9 +142,8 @@ class ThreadReply:
             if self._ts is None:
                 self._pending = text + self._pending
             return
-        if not self._streaming or self._ts is None:
-            return
-        await self._flush()
+        if self._ts is not None:
+            await self._flush()  # the words so far go out before the tool runs
         if self._streaming:
             await self._send([line])
 

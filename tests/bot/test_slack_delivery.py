@@ -201,3 +201,28 @@ async def test_a_click_before_the_request_was_kept_shows_the_continuation_once(
     decided = [c for c in bot.slack.calls_to("chat.update") if c.params.get("ts") == approval.ts]
     assert len(decided) == 1
     assert await store.deliveries("bot") == []  # all shown: nothing kept for the next start
+
+
+async def test_a_reply_split_over_messages_is_rewritten_once_at_the_next_start(bot: Bot):
+    paragraphs = [f"Paragraph {n}: " + "words " * 300 for n in range(12)]  # ~1,800 each
+    text = "\n\n".join(paragraphs)
+    inbound, ts = await start_unwatched(bot, text)
+    await settled(bot, inbound, "completed")
+    # the dead process had filled one message and was half way through the next
+    head, _, rest = f"you said: {text}".partition("\n\nParagraph 6")
+    first = await bot.client.chat_postMessage(
+        channel=inbound.channel, thread_ts=ts, markdown_text=head
+    )
+    second = await half_written_reply(bot, inbound, "Paragraph 6" + rest[:100])
+    key = SessionKey("bot", inbound.session_id)
+    kept = {"reply": first["ts"], "more": [second], "since": 0}
+    await bot.runtime.store.save_delivery(key, inbound.turn_id, kept)
+
+    assert await bot.channel.resume_replies() == 1
+
+    said = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)
+    await asyncio.sleep(0.2)  # time for a third message, were there one
+    said = bot.slack.replies(bot.slack.channel_id, ts)
+    assert said[0].ts == first["ts"]  # the first message is kept, and rewritten
+    assert second not in [m.ts for m in said]  # what followed it is written anew
+    assert "\n\n".join(m.text for m in said) == f"you said: {text.strip()}"
