@@ -68,6 +68,7 @@ from agent.messages import (
 )
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
 from agent.ports import EventSink, Model, SessionKey, SessionStore, StoreHandle
+from agent.proactive import Channel, Trigger, receive
 from agent.runtime import AgentRuntime
 from agent.session import AgentSession
 from agent.store import open_store
@@ -105,6 +106,7 @@ __all__ = [
     "AssistantMessage",
     "AuthorizeAnswerError",
     "Cancelled",
+    "Channel",
     "Completed",
     "ConfigError",
     "ConflictError",
@@ -148,6 +150,7 @@ __all__ = [
     "ToolError",
     "ToolMessage",
     "ToolSpec",
+    "Trigger",
     "TriggerMessage",
     "TurnCancelled",
     "TurnCancelledError",
@@ -167,5 +170,6 @@ __all__ = [
     "UserMessage",
     "grant_answer",
     "open_store",
+    "receive",
     "tool",
 ]
