@@ -131,6 +131,13 @@ class MemoryStore:
         else:
             deliveries[turn_id] = copy.deepcopy(state)
 
+    async def claim_delivery(self, key: SessionKey, turn_id: str, state: JsonValue) -> bool:
+        deliveries = self._session(key).deliveries
+        if turn_id in deliveries:
+            return False
+        deliveries[turn_id] = copy.deepcopy(state)
+        return True
+
     async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
         return [
             (key, turn_id, copy.deepcopy(state))

@@ -261,6 +261,9 @@ class SQLiteStore:
         text = None if state is None else dumps(state)
         await self._run(_save_delivery, self._ids, key, turn_id, text)
 
+    async def claim_delivery(self, key: SessionKey, turn_id: str, state: JsonValue) -> bool:
+        return await self._run(_claim_delivery, self._ids, key, turn_id, dumps(state))
+
     async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
         rows = await self._run(
             lambda conn: conn.execute(
@@ -496,6 +499,18 @@ def _save_delivery(
                 " ON CONFLICT (session, turn_id) DO UPDATE SET state = excluded.state",
                 (sid, turn_id, state),
             )
+
+
+def _claim_delivery(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, turn_id: str, state: str
+) -> bool:
+    with _transaction(conn, ids):
+        cursor = conn.execute(
+            "INSERT INTO deliveries (session, turn_id, state) VALUES (?, ?, ?)"
+            " ON CONFLICT (session, turn_id) DO NOTHING",
+            (ids.ensure(conn, key), turn_id, state),
+        )
+        return cursor.rowcount == 1
 
 
 def _work_and_write(

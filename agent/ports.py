@@ -193,6 +193,14 @@ class SessionStore(Protocol):
         """
         ...
 
+    async def claim_delivery(self, key: SessionKey, turn_id: str, state: JsonValue) -> bool:
+        """Keep ``state`` for the turn only if nothing is kept yet: True if this call did.
+
+        Two processes delivering the same turn (a schedule's firing, twice) both
+        ask; one gets it.
+        """
+        ...
+
     async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
         """Every delivery state kept for the sessions of ``agent``: session, turn id, state."""
         ...

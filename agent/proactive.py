@@ -87,7 +87,7 @@ async def receive(
     if not isinstance(agent, str):
         raise ConfigError(f"{type(channel).__name__} names no agent to run the turn")
     ctx.agent(agent)  # raises ConfigError when the runtime does not host it
-    opening = TurnInput(text=seed, trigger=trigger.kind, by=trigger.by)
+    opening = TurnInput(text=seed, trigger=trigger.kind, by=trigger.by, target=target)
     started = await ctx.session(agent, session).start(opening, turn_id=turn_id)
     await deliver(session, started, target)
     return started

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from agent.hitl import InboundEvent, InputRequest
-from agent.messages import Usage
+from agent.messages import JsonValue, Usage
 
 __all__ = [
     "TURN_STATUSES_UNFINISHED",
@@ -44,6 +44,9 @@ class TurnInput:
     """The channel's event, when a channel (not a program) opened the turn."""
     policy: dict[str, Any] | None = None
     """The surface policy the turn runs under; kept with it through a park."""
+    target: JsonValue = None
+    """Where a proactive turn is shown (the channel's own address), kept with the turn so
+    a restart can still show it there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

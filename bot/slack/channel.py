@@ -205,15 +205,20 @@ class SlackChannel:
         """See every turn start: one resumed with nobody watching (its request expired) is shown."""
         if event.type != "turn.started" or event.trigger != "resume" or event.agent != self.agent:
             return
-        thread = _thread_of(event.session)
-        if thread is not None and not self._watching[event.turn_id]:
+        if event.session.startswith("slack:") and not self._watching[event.turn_id]:
             self._watch(event.turn_id)
             self.spawn(
-                self._settled_elsewhere(thread, event.turn_id), name=f"reply {event.turn_id}"
+                self._settled_elsewhere(event.session, event.turn_id),
+                name=f"reply {event.turn_id}",
             )
 
-    async def _settled_elsewhere(self, thread: _Thread, turn_id: str) -> None:
+    async def _settled_elsewhere(self, session_id: str, turn_id: str) -> None:
         """A request no click of ours settled (it expired): say so on it, then show the rest."""
+        thread = await self._thread_for(session_id, turn_id)
+        if thread is None:
+            logger.error("turn %s went on, but where to show it is not known", turn_id)
+            self._unwatch(turn_id)
+            return
         try:
             key = SessionKey(self.agent, thread.session_id)
             state = _state(await self.runtime.store.load_delivery(key, turn_id))
@@ -246,7 +251,13 @@ class SlackChannel:
             logger.error("could not show how request %s was settled: %s", shown_ts, _error(exc))
 
     async def _reply(
-        self, thread: _Thread, turn_id: str, *, since: int | None = None, taking_up: bool = False
+        self,
+        thread: _Thread,
+        turn_id: str,
+        *,
+        since: int | None = None,
+        taking_up: bool = False,
+        reader: str | None = None,
     ) -> None:
         """Show the turn in its thread until it ends or waits for a person.
 
@@ -262,16 +273,29 @@ class SlackChannel:
                 (by default, where the kept state says).
             taking_up: At start-up: carry on in the reply a stopped process left
                 half written, as the kept state names it.
+            reader: Who the reply is for when nobody spoke the turn (the person who
+                approved its request): a stream in a channel must name someone.
 
         The caller holds a claim on the turn (`_watch`); this releases it.
         """
         try:
-            await self._show(thread, turn_id, since=since, taking_up=taking_up)
+            await self._show(thread, turn_id, since=since, taking_up=taking_up, reader=reader)
+        except SlackApiError as exc:
+            logger.error("turn %s: Slack refused the reply: %s", turn_id, _error(exc))
+        except Exception:
+            # a timeout or a dropped connection: the turn goes on, its reply is lost
+            logger.exception("turn %s: its reply could not be delivered", turn_id)
         finally:
             self._unwatch(turn_id)
 
     async def _show(
-        self, thread: _Thread, turn_id: str, *, since: int | None, taking_up: bool
+        self,
+        thread: _Thread,
+        turn_id: str,
+        *,
+        since: int | None,
+        taking_up: bool,
+        reader: str | None = None,
     ) -> None:
         key = SessionKey(self.agent, thread.session_id)
         kept: dict[str, Any] = {}
@@ -285,10 +309,17 @@ class SlackChannel:
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         speaker = record.input.event if record is not None else None
         opened: list[str] = [adopt] if adopt else []
+        proactive = record is not None and record.input.trigger == "proactive"
+
+        def place() -> dict[str, Any]:
+            """Where a proactive turn is shown (its session says nothing of it)."""
+            if not proactive:
+                return {}
+            return {"channel": thread.channel, "thread_ts": reply.thread_ts or thread.thread_ts}
 
         async def keep_reply(ts: str) -> None:
             opened.append(ts)  # a reply too long for one message goes on in the next
-            state = {"reply": opened[0], "more": opened[1:], "since": since}
+            state = {"reply": opened[0], "more": opened[1:], "since": since} | place()
             async with self._keeping:
                 await self._keep(key, turn_id, state)
 
@@ -296,8 +327,8 @@ class SlackChannel:
             self.client,
             channel=thread.channel,
             thread_ts=thread.thread_ts,
-            recipient_user=speaker.user if speaker else None,
-            team=str(speaker.data.get("team")) if speaker else None,
+            recipient_user=speaker.user if speaker else reader,
+            team=str(speaker.data.get("team")) if speaker else _team_of(thread.session_id),
             on_open=keep_reply,
             flush_every=self.flush_every,
         )
@@ -338,20 +369,22 @@ class SlackChannel:
                     if isinstance(call_id, str):
                         await reply.waiting(call_id)
                     await reply.finish(whole=_in_order(said))
-                    await self._ask(thread, key, turn_id, event.request)
+                    here = _Thread(thread.channel, reply.thread_ts, thread.session_id)
+                    await self._ask(here, key, turn_id, event.request, place())
                 elif event.type in TERMINAL_EVENT_TYPES:
                     await reply.finish(whole=_in_order(said), note=_closing_line(event))
-                    await self._keep(key, turn_id, None)
+                    # a proactive turn may be delivered again (its firing, twice): say it was
+                    await self._keep(key, turn_id, {"done": True} if proactive else None)
         except UnknownTurnError:
             await self._keep(key, turn_id, None)  # a reset archived it: nothing left to show
-        except SlackApiError as exc:
-            logger.error("turn %s: Slack refused the reply: %s", turn_id, _error(exc))
-        except Exception:
-            # a timeout or a dropped connection: the turn goes on, its reply is lost
-            logger.exception("turn %s: its reply could not be delivered", turn_id)
 
     async def _ask(
-        self, thread: _Thread, key: SessionKey, turn_id: str, asked: dict[str, Any]
+        self,
+        thread: _Thread,
+        key: SessionKey,
+        turn_id: str,
+        asked: dict[str, Any],
+        place: dict[str, Any],
     ) -> None:
         """Show a request with its Approve / Deny buttons, and keep that it was shown."""
         request = REQUEST_ADAPTER.validate_python(asked)
@@ -367,7 +400,10 @@ class SlackChannel:
             kept = _state(await self.runtime.store.load_delivery(key, turn_id))
             if "reply" in kept and kept.get("since", 0) >= since:
                 return  # a click was quicker: the continuation's own state is the newer
-            await self._keep(key, turn_id, {"asked": request.id, "since": since, "shown": shown})
+            if place and place.get("thread_ts") is None:
+                place = place | {"thread_ts": shown}  # the request opened the conversation
+            state = {"asked": request.id, "since": since, "shown": shown} | place
+            await self._keep(key, turn_id, state)
 
     async def _keep(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         """Keep (or forget, with None) what the thread shows of a turn, for the next start."""
@@ -407,13 +443,56 @@ class SlackChannel:
                 owed.add(at)
         count = 0
         for session_id, turn_id in sorted(owed):
-            thread = _thread_of(session_id)
+            if kept.get((session_id, turn_id), {}).get("done"):
+                continue  # a proactive turn, shown to its end
+            thread = await self._thread_for(session_id, turn_id)
             if thread is None:
                 continue
             self._watch(turn_id)  # before the runtime starts it: its events are ours
             self.spawn(self._reply(thread, turn_id, taking_up=True), name=f"reply {turn_id}")
             count += 1
         return count
+
+    async def deliver(self, session_id: str, turn_id: str, target: JsonValue) -> None:
+        """Show a turn nobody typed as a new conversation in ``target``'s channel.
+
+        ``target`` is ``{"channel": "C…"}``. The reply opens a message at the top of
+        the channel; what follows it (a request, the rest of the reply) goes in
+        its thread. Delivering a turn that was, or is being, delivered does
+        nothing, so a schedule's firing delivered twice posts once.
+
+        Raises:
+            ValueError: ``target`` names no channel.
+            SlackApiError: Slack refused what the turn had to show.
+        """
+        channel = target.get("channel") if isinstance(target, dict) else None
+        if not isinstance(channel, str) or not channel:
+            raise ValueError(f"a Slack target names a channel, as {{'channel': 'C…'}}: {target!r}")
+        key = SessionKey(self.agent, session_id)
+        where = {"channel": channel, "thread_ts": None}
+        if not await self.runtime.store.claim_delivery(key, turn_id, where):
+            return  # shown already, or being shown (by another process, or a restart)
+        self._watch(turn_id)
+        try:
+            await self._show(_Thread(channel, None, session_id), turn_id, since=0, taking_up=False)
+        finally:
+            self._unwatch(turn_id)
+
+    async def _thread_for(self, session_id: str, turn_id: str) -> _Thread | None:
+        """Where a turn is shown: its session's thread, or where a proactive turn was put."""
+        thread = _thread_of(session_id)
+        if thread is not None:
+            return thread
+        key = SessionKey(self.agent, session_id)
+        kept = _state(await self.runtime.store.load_delivery(key, turn_id))
+        channel, root = kept.get("channel"), kept.get("thread_ts")
+        if not isinstance(channel, str):
+            turns = await self.runtime.session(self.agent, session_id).turns()
+            target = next((t.input.target for t in turns if t.turn_id == turn_id), None)
+            channel = target.get("channel") if isinstance(target, dict) else None
+        if not isinstance(channel, str):
+            return None
+        return _Thread(channel, root if isinstance(root, str) else None, session_id)
 
     # -- Approve / Deny ---------------------------------------------------------------
 
@@ -423,25 +502,29 @@ class SlackChannel:
         decision = read_decision(actions[0]) if isinstance(actions, list) and actions else None
         user = body.get("user")
         clicker = user.get("id") if isinstance(user, dict) else None
-        where = _thread_of(decision.session_id) if decision else None
-        if decision is None or where is None or not isinstance(clicker, str):
+        if decision is None or not isinstance(clicker, str):
             logger.warning("a button click this app cannot read was ignored")
             return
         container = body.get("container")
         shown = container.get("message_ts") if isinstance(container, dict) else None
         self.spawn(
-            self._decide(decision, where, clicker, str(shown) if shown else None),
+            self._decide(decision, clicker, str(shown) if shown else None),
             name=f"decide {decision.turn_id}",
         )
 
-    async def _decide(
-        self, decision: Decision, thread: _Thread, clicker: str, shown_ts: str | None
-    ) -> None:
+    async def _decide(self, decision: Decision, clicker: str, shown_ts: str | None) -> None:
         """Answer the request a click names, by the clicker (attested: the payload was signed).
 
-        The thread comes from the session the button was made for, never from the
+        The thread comes from the session the button was made for (or, for a turn
+        nobody typed, from what was kept of where it is shown), never from the
         payload's other fields.
         """
+        thread = await self._thread_for(decision.session_id, decision.turn_id)
+        if thread is None:
+            logger.warning(
+                "a click on turn %s, whose thread is not known, was ignored", decision.turn_id
+            )
+            return
         turn_id = decision.turn_id
         self._watch(turn_id)  # this click shows the continuation, not the runtime's events
         try:
@@ -464,7 +547,7 @@ class SlackChannel:
                 )
             except SlackApiError as exc:
                 logger.error("turn %s: could not record the decision: %s", turn_id, _error(exc))
-        await self._reply(thread, turn_id, since=since)
+        await self._reply(thread, turn_id, since=since, reader=clicker)
 
     async def _apply(
         self, decision: Decision, thread: _Thread, clicker: str
@@ -504,7 +587,8 @@ class SlackChannel:
         if kept.get("asked") == decision.input_id and "reply" not in kept:
             self._watch(decision.turn_id)
             self.spawn(
-                self._settled_elsewhere(thread, decision.turn_id), name=f"reply {decision.turn_id}"
+                self._settled_elsewhere(thread.session_id, decision.turn_id),
+                name=f"reply {decision.turn_id}",
             )
 
     async def _delete(self, channel: str, messages: object) -> None:
@@ -537,7 +621,8 @@ class _Thread:
     """Where a turn's reply goes, and the session it belongs to."""
 
     channel: str
-    thread_ts: str
+    thread_ts: str | None
+    """None for a turn nobody typed, until its first message opens a thread."""
     session_id: str
 
 
@@ -547,6 +632,12 @@ def _thread_of(session_id: str) -> _Thread | None:
     if len(parts) != 4 or parts[0] != "slack":
         return None
     return _Thread(parts[2], parts[3], session_id)
+
+
+def _team_of(session_id: str) -> str | None:
+    """The workspace of a Slack session id (``slack:<team>:…``)."""
+    parts = session_id.split(":")
+    return parts[1] if len(parts) > 2 and parts[0] == "slack" else None
 
 
 def _said_at(record: TurnRecord) -> float:

@@ -46,7 +46,8 @@ class ThreadReply:
     Args:
         client: Slack's Web API.
         channel: The conversation.
-        thread_ts: The thread the reply goes in.
+        thread_ts: The thread the reply goes in; None opens a conversation at the top of
+            the channel (not streamed: streams live in threads), threading what follows.
         recipient_user: Who the reply is for (streams into channels need it).
         team: Their workspace.
         on_open: Awaited with each message's ts as soon as it exists, so the
@@ -62,7 +63,7 @@ class ThreadReply:
         client: AsyncWebClient,
         *,
         channel: str,
-        thread_ts: str,
+        thread_ts: str | None,
         recipient_user: str | None,
         team: str | None,
         on_open: OnOpen | None = None,
@@ -87,8 +88,8 @@ class ThreadReply:
         self._status_set = False
         self._earlier = ""
         """What the reply's earlier messages say, once it went on past one."""
-        self._can_stream = True
-        """Until Slack refuses a stream here."""
+        self._can_stream = thread_ts is not None
+        """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
         self._titles: dict[str, str] = {}
         """Each task line's title, by call id."""
 
@@ -96,6 +97,11 @@ class ThreadReply:
     def ts(self) -> str | None:
         """The current reply message's ts, once there is one."""
         return self._ts
+
+    @property
+    def thread_ts(self) -> str | None:
+        """The thread it replies in: a reply that opened a conversation roots its own."""
+        return self._thread_ts
 
     @property
     def has_text(self) -> bool:
@@ -115,7 +121,7 @@ class ThreadReply:
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""
-        if self._status_set or self._ts is not None:
+        if self._status_set or self._ts is not None or self._thread_ts is None:
             return
         self._status_set = True
         try:
@@ -218,7 +224,25 @@ class ThreadReply:
     async def _open(
         self, text: str, task: dict[str, str] | None = None, *, stream_only: bool = False
     ) -> None:
+        if self._can_stream:
+            await self._start_stream(text, task)
+        if self._ts is None:
+            if stream_only:
+                return
+            posted = await self._client.chat_postMessage(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                markdown_text=text or PLACEHOLDER,
+            )
+            self._ts = str(posted["ts"])
+            self._thread_ts = self._thread_ts or self._ts  # what follows goes in its thread
+        self._shown = text
+        if self._on_open is not None:
+            await self._on_open(self._ts)
+
+    async def _start_stream(self, text: str, task: dict[str, str] | None) -> None:
         user, team = self._recipient
+        assert self._thread_ts is not None  # a stream is only tried in a thread
         # a stream keeps to chunks throughout: Slack refuses markdown_text after chunks
         chunks = ([_markdown(text)] if text else []) + ([task] if task else [])
         try:
@@ -229,21 +253,11 @@ class ThreadReply:
                 recipient_user_id=user,
                 recipient_team_id=team,
             )
-            self._ts, self._streaming = str(started["ts"]), True
         except SlackApiError as exc:
             logger.info("no streaming here (%s): posting the reply instead", _error(exc))
             self._can_stream = False
-            if stream_only:
-                return
-            posted = await self._client.chat_postMessage(
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                markdown_text=text or PLACEHOLDER,
-            )
-            self._ts = str(posted["ts"])
-        self._shown = text
-        if self._on_open is not None:
-            await self._on_open(self._ts)
+            return
+        self._ts, self._streaming = str(started["ts"]), True
 
     async def _send(self, chunks: list[dict[str, str]], *, stop: bool = False) -> bool:
         """Append ``chunks`` to the open stream (or end it with them); False if it is gone."""

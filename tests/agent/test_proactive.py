@@ -80,6 +80,8 @@ async def test_a_proactive_turn_is_stored_as_a_trigger_and_shown_by_the_channel(
             "schedule:daily",
             turn_id,
         )
+        [record] = await runtime.session("a", "ops:daily").turns()
+        assert record.input.target == "C0OPS"  # kept with the turn, for a restart to show it
         [request] = asked
         assert request.messages[0] == opening  # sent on; the wire makes it a user message
 

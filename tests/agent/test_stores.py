@@ -134,6 +134,13 @@ async def test_delivery_states_are_kept_per_turn_replaced_and_forgotten(store):
     assert await store.deliveries("b") == [(other, "t1", {"reply": "9.0"})]
 
 
+async def test_a_delivery_is_claimed_by_one_caller_only(store):
+    claims = [await store.claim_delivery(KEY, "t1", {"by": n}) for n in range(3)]
+
+    assert claims == [True, False, False]
+    assert await store.load_delivery(KEY, "t1") == {"by": 0}
+
+
 async def test_delivery_states_survive_a_reopen(tmp_path):
     store = await SQLiteStore.open(tmp_path / "s.db")
     await store.save_delivery(KEY, "t1", {"reply": "1.0"})

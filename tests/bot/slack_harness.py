@@ -30,6 +30,7 @@ from agent import (
     TextDelta,
     ToolContext,
     ToolMessage,
+    TriggerMessage,
     UserMessage,
     tool,
 )
@@ -69,7 +70,7 @@ def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelReques
 
     async def answer(request: ModelRequest) -> Any:
         last = request.messages[-1]
-        if isinstance(last, UserMessage) and "slowly" in last.text:
+        if isinstance(last, UserMessage | TriggerMessage) and "slowly" in last.text:
             held.set()
             await hold.wait()
         return _answer(request)
@@ -116,7 +117,7 @@ class PausingModel:
         return self.inner.requests
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
-        asked = [m for m in request.messages if isinstance(m, UserMessage)][-1]
+        asked = [m for m in request.messages if isinstance(m, UserMessage | TriggerMessage)][-1]
         # "announce ... in two parts" first calls the tool; its continuation pauses
         calls_first = asked.text.startswith("announce") and request.messages[-1] is asked
         if "in two parts" not in asked.text or calls_first:
