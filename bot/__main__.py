@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from datetime import UTC, datetime
 
 from agent import ConfigError, open_store
 from agent.store import database_path
 from bot import messages
 from bot.agents import build_agent
 from bot.config import Settings, load_settings
+from bot.schedules import load_bot_config, next_firing
 from bot.terminal import chat
 
 
@@ -33,6 +35,41 @@ async def run_terminal(settings: Settings, given: list[str] | None) -> None:
             await closing()
 
 
+def list_schedules(settings: Settings) -> int:
+    """``python -m bot schedules``: each schedule, and when it fires next."""
+    config = load_bot_config(settings.bot_config)
+    if not config.schedules:
+        print("No schedules: BOT_CONFIG names none." if settings.bot_config else messages.NO_CONFIG)
+        return 0
+    now = datetime.now(UTC)
+    for schedule in config.schedules:
+        due = next_firing(schedule, now)
+        when = f"{due:%Y-%m-%d %H:%M %Z}" if due else "never"
+        print(
+            f"{schedule.name}: {schedule.cron!r} ({schedule.timezone}) into {schedule.channel}; "
+            f"next {when}"
+        )
+    return 0
+
+
+def fire_schedule(settings: Settings, name: str) -> int:
+    """``python -m bot run-schedule NAME``: fire it now, post its reply, say how it went."""
+    if not settings.has_slack:
+        print(f"Cannot run {name}: {messages.SCHEDULES_NEED_SLACK}", file=sys.stderr)
+        return 2
+    from bot.slack.serve import ScheduleFailed, run_schedule
+
+    try:
+        print(asyncio.run(run_schedule(settings, name)))
+    except ConfigError as exc:
+        print(f"Cannot run {name}: {exc}", file=sys.stderr)
+        return 2
+    except ScheduleFailed as exc:
+        print(f"Schedule {name} failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = sys.argv[1:] if argv is None else argv
@@ -42,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         problems = "\n".join(f"  - {line}" for line in str(exc).splitlines())
         print(f"Cannot start; fix these settings first:\n{problems}", file=sys.stderr)
         return 2
+    if args[:1] == ["schedules"]:
+        return list_schedules(settings)
+    if args[:1] == ["run-schedule"]:
+        if len(args) != 2:
+            print("Usage: python -m bot run-schedule NAME", file=sys.stderr)
+            return 2
+        return fire_schedule(settings, args[1])
     if settings.has_slack:
         from bot.slack.serve import serve_slack  # Bolt and aiohttp: only when serving Slack
 

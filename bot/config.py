@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -142,15 +141,12 @@ class Settings(BaseSettings):
 
 
 def _config_file_problems(path: Path) -> list[str]:
+    from bot.schedules import load_bot_config  # pydantic models of the file: only when named
+
     try:
-        with path.open("rb") as f:
-            tomllib.load(f)
-    except FileNotFoundError:
-        return [f"BOT_CONFIG names {path}, which does not exist"]
-    except OSError as exc:
-        return [f"BOT_CONFIG: cannot read {path}: {exc.strerror}"]
-    except tomllib.TOMLDecodeError as exc:
-        return [f"BOT_CONFIG: {path} is not valid TOML: {exc}"]
+        load_bot_config(path)
+    except ConfigError as exc:
+        return str(exc).splitlines()
     return []
 
 

@@ -17,6 +17,12 @@ then set in the environment or a .env file:
                         with it and no Slack credentials, this terminal chat uses Claude)
 """
 
+NO_CONFIG = "No schedules: set BOT_CONFIG to a TOML file with [[schedules]] entries."
+SCHEDULES_NEED_SLACK = (
+    "a schedule posts into Slack: set SLACK_BOT_TOKEN with SLACK_SIGNING_SECRET or "
+    "SLACK_APP_TOKEN (see manifest.yml)"
+)
+
 
 def offline_intro(database: str) -> str:
     """What the offline demo says before it starts."""

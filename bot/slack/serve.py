@@ -14,6 +14,8 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
@@ -24,14 +26,31 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import AgentRuntime, ConfigError, open_store
+from agent import (
+    AgentRuntime,
+    Cancelled,
+    Completed,
+    ConfigError,
+    Failed,
+    Suspended,
+    TurnRecord,
+    open_store,
+)
 from bot.agents import build_agent
 from bot.config import Settings
+from bot.schedules import Firing, ScheduleRunner, firing_now, load_bot_config
 from bot.slack.channel import SlackChannel
+from bot.slack.firing import fire
 from bot.slack.server import bolt_app, web_app
 from bot.slack.tools import slack_tools
 
-__all__ = ["SHUTDOWN_GRACE_SECONDS", "serve_slack", "slack_client"]
+__all__ = [
+    "SHUTDOWN_GRACE_SECONDS",
+    "ScheduleFailed",
+    "run_schedule",
+    "serve_slack",
+    "slack_client",
+]
 
 logger = logging.getLogger("bot.slack")
 
@@ -72,14 +91,21 @@ async def serve_slack(settings: Settings) -> None:
         await _serve(settings, client, await _who_am_i(client, settings), stop)
 
 
-async def _who_am_i(client: AsyncWebClient, settings: Settings) -> str:
-    """The bot's user id, which also proves the token works before anything starts.
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    user_id: str
+    team_id: str
+
+
+async def _who_am_i(client: AsyncWebClient, settings: Settings) -> _Identity:
+    """The bot's user id and workspace, which also prove the token works before anything starts.
 
     Raises:
         ConfigError: Slack refused the token, or could not be reached.
     """
     try:
-        return str((await client.auth_test())["user_id"])
+        found = await client.auth_test()
+        return _Identity(str(found["user_id"]), str(found["team_id"]))
     except SlackApiError as exc:
         raise ConfigError(
             f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')}); "
@@ -91,9 +117,15 @@ async def _who_am_i(client: AsyncWebClient, settings: Settings) -> str:
         ) from None
 
 
-async def _serve(
-    settings: Settings, client: AsyncWebClient, bot_user_id: str, stop: asyncio.Event
-) -> None:
+@contextlib.asynccontextmanager
+async def _engine(
+    settings: Settings, client: AsyncWebClient, me: _Identity
+) -> AsyncIterator[SlackChannel]:
+    """The agent, its runtime on the store, and the Slack channel showing its turns.
+
+    On leaving, replies in flight get a few seconds, then everything is closed:
+    turns not yet finished stay on disk for the next start.
+    """
     agent = build_agent(settings, slack_tools(client))
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
@@ -101,17 +133,11 @@ async def _serve(
         runtime,
         agent.name,
         client,
-        bot_user_id=bot_user_id,
+        bot_user_id=me.user_id,
         replace_in_flight=settings.replace_in_flight,
     )
     try:
-        await channel.resume_replies()  # first: a resumed turn may end at once
-        resumed = await runtime.start()
-        if resumed:
-            print(f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True)
-        async with _serving(settings, channel, client):
-            await stop.wait()
-        print("Stopping: no new events; replies in flight get a few seconds.", flush=True)
+        yield channel
         await channel.drain(grace=SHUTDOWN_GRACE_SECONDS)
     finally:
         channel.close()
@@ -120,6 +146,85 @@ async def _serve(
         closing = getattr(agent.model, "aclose", None)
         if closing is not None:
             await closing()
+
+
+async def _serve(
+    settings: Settings, client: AsyncWebClient, me: _Identity, stop: asyncio.Event
+) -> None:
+    config = load_bot_config(settings.bot_config)
+    async with _engine(settings, client, me) as channel:
+        runtime = channel.runtime
+
+        async def fire_firing(firing: Firing) -> None:
+            await fire(channel, runtime, me.team_id, firing)
+
+        schedules = ScheduleRunner(config.schedules, fire_firing)
+        try:
+            await channel.resume_replies()  # first: a resumed turn may end at once
+            resumed = await runtime.start()
+            if resumed:
+                print(
+                    f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True
+                )
+            async with _serving(settings, channel, client):
+                schedules.start()
+                if config.schedules:
+                    print(f"Keeping {len(config.schedules)} schedule(s).", flush=True)
+                channel.spawn(_caught_up(schedules), name="schedules: catch up")
+                await stop.wait()
+        finally:
+            schedules.stop()
+        print("Stopping: no new events; replies in flight get a few seconds.", flush=True)
+
+
+class ScheduleFailed(Exception):
+    """A schedule fired by hand did not deliver its reply; the message says why."""
+
+
+async def run_schedule(settings: Settings, name: str) -> str:
+    """Fire the schedule ``name`` now and post its reply, as its cron would; what happened.
+
+    The runtime is not started: the server's resumes the other turns; this one
+    runs only its own.
+
+    Raises:
+        ConfigError: No such schedule, or Slack refused the token.
+        ScheduleFailed: The turn failed, or Slack refused its reply.
+    """
+    schedule = load_bot_config(settings.bot_config).schedule(name)
+    async with aiohttp.ClientSession() as http:
+        client = slack_client(settings, http)
+        me = await _who_am_i(client, settings)
+        async with _engine(settings, client, me) as channel:
+            firing = firing_now(schedule, datetime.now(UTC))
+            try:
+                turn_id = await fire(channel, channel.runtime, me.team_id, firing)
+            except SlackApiError as exc:
+                error = exc.response.get("error")
+                raise ScheduleFailed(f"Slack refused the reply: {error}") from None
+            session = channel.runtime.session(channel.agent, schedule.session(me.team_id))
+            [record] = [t for t in await session.turns() if t.turn_id == turn_id]
+            return _outcome(schedule.name, schedule.channel, record)
+
+
+def _outcome(name: str, channel: str, record: TurnRecord) -> str:
+    """What a firing by hand came to, in a line; a turn that did not answer raises."""
+    result = record.result
+    if isinstance(result, Completed):
+        return f"Schedule {name}: posted its reply in {channel} (turn {record.turn_id})."
+    if isinstance(result, Suspended):
+        return f"Schedule {name}: waiting in {channel} for an approval (turn {record.turn_id})."
+    if isinstance(result, Failed):
+        raise ScheduleFailed(f"the turn failed: {result.error}")
+    if isinstance(result, Cancelled):
+        raise ScheduleFailed(f"the turn was cancelled ({result.reason})")
+    raise ScheduleFailed(f"the turn is still {record.status}")
+
+
+async def _caught_up(schedules: ScheduleRunner) -> None:
+    ran = await schedules.catch_up()
+    if ran:
+        print(f"Ran {ran} schedule firing(s) that fell due while the bot was down.", flush=True)
 
 
 @contextlib.asynccontextmanager

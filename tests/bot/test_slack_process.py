@@ -71,11 +71,11 @@ async def bot_process(
     slack: FakeSlack,
     folder: Path,
     port: int,
-    *,
+    *args: str,
     stderr: int = asyncio.subprocess.PIPE,
     **extra: str | None,
 ) -> asyncio.subprocess.Process:
-    """``python -m bot`` in ``folder``, for the fake Slack; ``extra`` overrides, None unsets."""
+    """``python -m bot ARGS`` in ``folder``, on the fake Slack; ``extra`` sets (None unsets)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
     env |= {
         "PYTHONPATH": str(ROOT),
@@ -94,6 +94,7 @@ async def bot_process(
         sys.executable,
         "-m",
         "bot",
+        *args,
         env=env,
         cwd=folder,
         stdin=asyncio.subprocess.DEVNULL,

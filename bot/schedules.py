@@ -1,0 +1,375 @@
+"""Schedules: cron firings that start turns nobody typed (a daily summary, say).
+
+Declared in the ``BOT_CONFIG`` TOML file::
+
+    [[schedules]]
+    name = "daily"                 # unique
+    cron = "0 9 * * 1-5"           # five-field cron, as crontab reads it
+    timezone = "Europe/Paris"      # optional, default UTC
+    channel = "C0123456789"        # where the reply is posted
+    prompt = "Summarize today's activity in this channel."
+
+A firing is named by its schedule and its scheduled minute, and that name is
+its turn id: a restart in the same minute, a catch-up after a misfire, or a
+second process firing too all replay one turn, which the channel delivers once.
+APScheduler keeps the time; this module decides what a firing is.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tomllib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agent import ConfigError
+
+__all__ = [
+    "BotConfig",
+    "Firing",
+    "Schedule",
+    "ScheduleRunner",
+    "due_firing",
+    "firing_now",
+    "load_bot_config",
+    "next_firing",
+]
+
+logger = logging.getLogger("bot.schedules")
+
+MISFIRE_GRACE = timedelta(minutes=5)
+"""A firing this late still runs (once); a later one is skipped, and logged."""
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+class Schedule(BaseModel):
+    """One ``[[schedules]]`` entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    cron: str
+    timezone: str = "UTC"
+    channel: str
+    prompt: str = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError("lower-case letters, digits, - and _ (it names turns and sessions)")
+        return name
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {zone!r} (an IANA name: Europe/Paris)") from None
+        return zone
+
+    @field_validator("channel")
+    @classmethod
+    def _channel_id(cls, channel: str) -> str:
+        if not re.fullmatch(r"[CG][A-Z0-9]{2,}", channel):
+            raise ValueError("a channel id (C0123456789), as Slack shows it under About")
+        return channel
+
+    @model_validator(mode="after")
+    def _valid_cron(self) -> Schedule:
+        try:
+            self.trigger()
+        except ValueError as exc:
+            raise ValueError(f"cron: {exc}") from None
+        return self
+
+    def trigger(self) -> CronTrigger:
+        """The schedule as APScheduler's trigger, with crontab's weekdays (0 is Sunday)."""
+        fields = self.cron.split()
+        if len(fields) != 5:
+            raise ValueError(f"five fields (minute hour day month weekday), not {len(fields)}")
+        minute, hour, day, month, weekday = fields
+        return CronTrigger(
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=_crontab_weekdays(weekday),
+            timezone=ZoneInfo(self.timezone),
+        )
+
+    def session(self, team: str) -> str:
+        """The session every firing of this schedule belongs to."""
+        return f"slack:{team}:{self.channel}:schedule:{self.name}"
+
+
+class BotConfig(BaseModel):
+    """The ``BOT_CONFIG`` file."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    schedules: tuple[Schedule, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> BotConfig:
+        seen: set[str] = set()
+        for schedule in self.schedules:
+            if schedule.name in seen:
+                raise ValueError(f"schedule {schedule.name!r}: name: used twice")
+            seen.add(schedule.name)
+        return self
+
+    def schedule(self, name: str) -> Schedule:
+        """The schedule called ``name``.
+
+        Raises:
+            ConfigError: There is none.
+        """
+        for schedule in self.schedules:
+            if schedule.name == name:
+                return schedule
+        known = ", ".join(s.name for s in self.schedules) or "none"
+        raise ConfigError(f"no schedule is named {name!r} (BOT_CONFIG has: {known})")
+
+
+def load_bot_config(path: Path | None) -> BotConfig:
+    """Read and check the ``BOT_CONFIG`` file (an empty config when there is none).
+
+    Raises:
+        ConfigError: One line per problem, naming the schedule and the field.
+    """
+    if path is None:
+        return BotConfig()
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"BOT_CONFIG names {path}, which does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"BOT_CONFIG: cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"BOT_CONFIG: {path} is not valid TOML: {exc}") from None
+    try:
+        return BotConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"BOT_CONFIG: {_where(raw, e['loc'])}{_said(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """One firing of a schedule, at its scheduled time."""
+
+    schedule: Schedule
+    at: datetime
+    """When it was due (aware), not when it ran."""
+    previous: datetime | None
+    """The schedule's firing before it, if the cron has one within a year."""
+
+    @property
+    def turn_id(self) -> str:
+        """``schedule:<name>:<due minute, UTC>``: the same firing is the same turn anywhere."""
+        return f"schedule:{self.schedule.name}:{self.at.astimezone(UTC):%Y-%m-%dT%H:%MZ}"
+
+    @property
+    def by(self) -> str:
+        """What the transcript says started the turn."""
+        return f"schedule:{self.schedule.name}"
+
+    def seed(self) -> str:
+        """The prompt, with when this firing is and the period since the last one."""
+        when = f"This is the {self.schedule.name} schedule's firing of {_shown(self.at)}."
+        if self.previous is None:
+            return f"{self.schedule.prompt}\n\n({when})"
+        since = f"{self.previous.timestamp():.6f}"
+        return (
+            f"{self.schedule.prompt}\n\n({when} The previous firing was at "
+            f"{_shown(self.previous)}: the period to cover is since then; read_channel "
+            f"takes since={since} for it.)"
+        )
+
+
+def due_firing(schedule: Schedule, now: datetime, within: timedelta) -> Firing | None:
+    """The schedule's latest firing at or before ``now``, if it is no older than ``within``."""
+    trigger = schedule.trigger()
+    latest = _latest_before(trigger, now, now - within)
+    if latest is None:
+        return None
+    return Firing(schedule, latest, _latest_before(trigger, latest - timedelta(seconds=1)))
+
+
+def firing_now(schedule: Schedule, now: datetime) -> Firing:
+    """A firing asked for by hand, due this minute; it covers the time since the last one."""
+    at = now.replace(second=0, microsecond=0)
+    return Firing(schedule, at, _latest_before(schedule.trigger(), at - timedelta(seconds=1)))
+
+
+def next_firing(schedule: Schedule, now: datetime) -> datetime | None:
+    """When the schedule fires next."""
+    found: datetime | None = schedule.trigger().get_next_fire_time(None, now)
+    return found
+
+
+Fire = Callable[[Firing], Awaitable[None]]
+
+
+class ScheduleRunner:
+    """Fires the schedules on the bot's event loop (APScheduler's asyncio scheduler).
+
+    Args:
+        schedules: What to fire.
+        fire: Starts and delivers one firing; it must be idempotent by turn id.
+        grace: How late a firing may still run.
+        clock: The current time (aware); tests set it.
+    """
+
+    def __init__(
+        self,
+        schedules: Sequence[Schedule],
+        fire: Fire,
+        *,
+        grace: timedelta = MISFIRE_GRACE,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._schedules = tuple(schedules)
+        self._fire = fire
+        self._grace = grace
+        self._clock = clock
+        self._scheduler = AsyncIOScheduler(timezone=UTC)
+
+    def start(self) -> None:
+        """Add a job per schedule and start keeping time (on the running loop)."""
+        for schedule in self._schedules:
+            self._scheduler.add_job(
+                self.run,
+                schedule.trigger(),
+                args=[schedule],
+                id=schedule.name,
+                name=f"schedule {schedule.name}",
+                misfire_grace_time=int(self._grace.total_seconds()),
+                coalesce=True,  # firings missed together run once
+                max_instances=1,  # a firing still running holds the next back
+            )
+        self._scheduler.start()
+
+    def stop(self) -> None:
+        """Stop keeping time (a firing already running goes on)."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+
+    def fire_soon(self, name: str, when: datetime) -> None:
+        """Move a schedule's next run (tests, and operators in a debugger)."""
+        self._scheduler.modify_job(name, next_run_time=when)
+
+    async def catch_up(self) -> int:
+        """Run each firing that fell due while the bot was down, if it is within the grace.
+
+        A firing already run (by this process before a restart, or another one)
+        replays its turn and posts nothing new.
+
+        Returns:
+            How many firings it ran.
+        """
+        now, ran = self._clock(), 0
+        for schedule in self._schedules:
+            firing = due_firing(schedule, now, self._grace)
+            if firing is not None:
+                await self._run_logged(firing)
+                ran += 1
+                continue
+            missed = due_firing(schedule, now, timedelta(days=1))
+            if missed is not None:
+                logger.warning(
+                    "schedule %s: the firing of %s was missed by more than %s; skipped",
+                    schedule.name,
+                    _shown(missed.at),
+                    self._grace,
+                )
+        return ran
+
+    async def run(self, schedule: Schedule) -> None:
+        """The job: fire the firing that is due now."""
+        firing = due_firing(schedule, self._clock(), self._grace)
+        if firing is None:
+            logger.warning("schedule %s ran with no firing due; skipped", schedule.name)
+            return
+        await self._run_logged(firing)
+
+    async def _run_logged(self, firing: Firing) -> None:
+        try:
+            await self._fire(firing)
+        except Exception:
+            logger.exception(
+                "schedule %s: the firing %s failed", firing.schedule.name, firing.turn_id
+            )
+
+
+def _latest_before(
+    trigger: CronTrigger, now: datetime, earliest: datetime | None = None
+) -> datetime | None:
+    """The trigger's last fire time at or before ``now`` (and not before ``earliest``)."""
+    start = earliest if earliest is not None else now - timedelta(days=366)
+    found: datetime | None = trigger.get_next_fire_time(None, start)
+    latest = None
+    while found is not None and found <= now:
+        latest = found
+        found = trigger.get_next_fire_time(found, found + timedelta(seconds=1))
+    return latest
+
+
+def _crontab_weekdays(field: str) -> str:
+    """Crontab's weekday field for APScheduler 3, which counts 0 as Monday, not Sunday."""
+    if not any(ch.isdigit() for ch in field):
+        return field  # "*", or names ("mon-fri"), which both read alike
+    days: set[int] = set()
+    for part in field.split(","):
+        span, _, step = part.partition("/")
+        if span == "*":
+            first, last = 0, 6
+        elif "-" in span:
+            a, _, b = span.partition("-")
+            first, last = int(a), int(b)
+        else:
+            first = last = int(span)
+            if step:
+                last = 7
+        if not (0 <= first <= 7 and 0 <= last <= 7 and first <= last):
+            raise ValueError(f"weekday {part!r}: 0-7 (0 and 7 are Sunday)")
+        days.update(day % 7 for day in range(first, last + 1, int(step or 1)))
+    return ",".join(_DAYS[day] for day in sorted(days))
+
+
+def _shown(at: datetime) -> str:
+    return f"{at:%Y-%m-%d %H:%M %Z}"
+
+
+def _where(raw: Any, location: tuple[int | str, ...]) -> str:
+    """``schedule 'daily': cron`` for pydantic's ``('schedules', 0, 'cron')``."""
+    if len(location) >= 2 and location[0] == "schedules" and isinstance(location[1], int):
+        entries = raw.get("schedules") if isinstance(raw, dict) else None
+        entry = entries[location[1]] if isinstance(entries, list) else None
+        name = entry.get("name") if isinstance(entry, dict) else None
+        who = f"schedule {name!r}" if isinstance(name, str) else f"schedule #{location[1] + 1}"
+        rest = ".".join(str(p) for p in location[2:])
+        return f"{who}: {rest}: " if rest else f"{who}: "
+    return f"{'.'.join(str(p) for p in location)}: " if location else ""
+
+
+def _said(error: Any) -> str:
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return "missing"
+    if error["type"] == "extra_forbidden":
+        return "not a field of a schedule"
+    return message

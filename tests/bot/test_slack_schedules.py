@@ -1,0 +1,174 @@
+"""Schedules end to end: the commands as real processes, firings on a test clock.
+
+``python -m bot run-schedule`` and ``python -m bot schedules`` run as child
+processes against the fake Slack and the fake Messages API; the scheduler runs
+in process, APScheduler keeping the time while a test clock says which firing
+is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.schedules import Firing, Schedule, ScheduleRunner
+from bot.slack.firing import fire
+from tests.bot.slack_harness import WAIT, Bot
+from tests.bot.test_schedules import DAILY as CONFIG
+from tests.bot.test_slack_process import bot_process, free_port
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import FakeSlack
+
+
+async def command(
+    slack: FakeSlack,
+    folder: Path,
+    *args: str,
+    config: str = CONFIG,
+    env: dict[str, str | None] | None = None,
+) -> tuple[int, str]:
+    """``python -m bot ARGS`` to its end: its exit code and everything it printed."""
+    path = folder / "bot.toml"
+    path.write_text(config)
+    proc = await bot_process(
+        slack,
+        folder,
+        free_port(),
+        *args,
+        stderr=asyncio.subprocess.STDOUT,
+        **({"BOT_CONFIG": str(path)} | (env or {})),
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), WAIT * 3)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def top_level(slack: FakeSlack) -> list[str]:
+    return [m.text for m in slack.messages(slack.channel_id) if m.thread_ts is None]
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as fake:
+        yield fake
+
+
+async def test_run_schedule_posts_the_reply_once_even_when_run_twice_in_a_minute(
+    slack: FakeSlack, tmp_path: Path
+):
+    async with FakeAnthropic() as api:
+        api.queue(Reply.text("Today: the deploy moved to Friday."))
+        claude: dict[str, str | None] = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+        }
+
+        code, said = await command(slack, tmp_path, "run-schedule", "daily", env=claude)
+        again, said_again = await command(slack, tmp_path, "run-schedule", "daily", env=claude)
+
+    assert (code, again) == (0, 0), said + said_again
+    assert "Schedule daily: posted its reply in C0GENERAL" in said
+    assert top_level(slack) == ["Today: the deploy moved to Friday."]
+    [request] = api.requests  # the second run replayed the same firing
+    [opening] = request["messages"]
+    assert opening["role"] == "user"  # the seed reads as a user message
+    assert "Summarize today's activity in this channel." in str(opening["content"])
+    assert "daily schedule's firing of" in str(opening["content"])
+
+
+async def test_run_schedule_fails_clearly_for_an_unknown_name_and_a_refused_post(
+    slack: FakeSlack, tmp_path: Path
+):
+    code, said = await command(slack, tmp_path, "run-schedule", "weekly")
+
+    assert code == 2
+    assert "Cannot run weekly: no schedule is named 'weekly' (BOT_CONFIG has: daily)" in said
+
+    elsewhere = CONFIG.replace('channel = "C0GENERAL"', 'channel = "C0GONE"')
+    code, said = await command(slack, tmp_path, "run-schedule", "daily", config=elsewhere)
+
+    assert code == 1
+    assert "Schedule daily failed: Slack refused the reply: channel_not_found" in said
+    assert "Traceback" not in said
+
+
+async def test_schedules_lists_each_schedule_with_its_next_firing(slack: FakeSlack, tmp_path: Path):
+    no_slack: dict[str, str | None] = {"SLACK_BOT_TOKEN": None, "SLACK_SIGNING_SECRET": None}
+    code, said = await command(slack, tmp_path, "schedules", env=no_slack)
+
+    assert code == 0
+    line = next(row for row in said.splitlines() if row.startswith("daily:"))
+    assert "'0 9 * * 1-5' (Europe/Paris) into C0GENERAL; next 20" in line
+
+
+async def test_an_invalid_schedule_stops_the_bot_naming_the_schedule_and_the_field(
+    slack: FakeSlack, tmp_path: Path
+):
+    broken = CONFIG.replace('timezone = "Europe/Paris"', 'timezone = "Europe/Atlantis"')
+
+    code, said = await command(slack, tmp_path, config=broken)
+
+    assert code == 2
+    assert "BOT_CONFIG: schedule 'daily': timezone: unknown time zone 'Europe/Atlantis'" in said
+
+
+# -- the scheduler, on a test clock ---------------------------------------------------------
+
+DUE = datetime(2026, 12, 1, 8, 0, 20, tzinfo=UTC)  # 09:00:20 in Paris, a Tuesday
+
+
+def daily(channel: str) -> Schedule:
+    return Schedule(
+        name="daily", cron="0 9 * * 1-5", timezone="Europe/Paris", channel=channel, prompt="p"
+    )
+
+
+def runner_for(bot: Bot, now: datetime) -> ScheduleRunner:
+    async def fire_firing(firing: Firing) -> None:
+        await fire(bot.channel, bot.runtime, bot.slack.team_id, firing)
+
+    return ScheduleRunner([daily(bot.slack.channel_id)], fire_firing, clock=lambda: now)
+
+
+async def test_a_schedule_fires_on_time_and_two_schedulers_post_once(bot: Bot):
+    first, second = runner_for(bot, DUE), runner_for(bot, DUE)  # a second replica too
+    first.start()
+    second.start()
+    try:
+        soon = datetime.now(UTC) + timedelta(seconds=0.2)
+        first.fire_soon("daily", soon)  # APScheduler keeps the time; the clock says 09:00
+        second.fire_soon("daily", soon)
+
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while asyncio.get_running_loop().time() < deadline:
+            if top_level(bot.slack):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # time for a second post, were there one
+    finally:
+        first.stop()
+        second.stop()
+
+    [posted] = top_level(bot.slack)
+    assert posted.startswith("you said: p")
+    assert len(bot.model.requests) == 1
+
+
+async def test_a_missed_firing_runs_once_within_the_grace_and_is_skipped_after_it(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+):
+    late = runner_for(bot, DUE + timedelta(minutes=4))  # a restart four minutes late
+
+    assert await late.catch_up() == 1
+    assert await runner_for(bot, DUE + timedelta(minutes=4, seconds=30)).catch_up() == 1
+
+    assert len(top_level(bot.slack)) == 1  # the second catch-up replayed the same firing
+    with caplog.at_level(logging.WARNING, logger="bot.schedules"):
+        assert await runner_for(bot, DUE + timedelta(hours=2)).catch_up() == 0
+    assert "missed by more than 0:05:00; skipped" in caplog.text
+    assert len(top_level(bot.slack)) == 1
