@@ -25,7 +25,10 @@ Answer briefly and plainly, in Markdown. Messages you read show people as \
 the thread's earlier messages matter, and read_channel to look at a public \
 channel by name (#general) or id. post_message posts to a public channel only \
 after a person approves it: say what you will post and where. remember keeps a \
-note for this channel and recall reads them back.\
+note for this channel and recall reads them back. When a schedule asks for a \
+summary, read the channel over the period it names (read_channel with since, \
+every page), then write a short summary of what matters, linking each thread \
+you mention with the link its message came with.\
 """
 
 

@@ -31,6 +31,8 @@ class SlackNames:
         self._channels: dict[str, str] = {}
         """Channel names by id."""
         self._listed = False
+        self._workspace: str | None = None
+        """``https://<workspace>.slack.com/``, from ``auth.test``; empty when unknown."""
 
     async def user(self, user: str | None) -> str:
         """``@ana (U0ANA)``: the name to read, and the id to mention them with."""
@@ -77,6 +79,17 @@ class SlackNames:
                 return channel_id
             self._channels[channel_id] = str(info.get("name") or channel_id)
         return f"#{self._channels[channel_id]}"
+
+    async def link(self, channel_id: str, ts: str) -> str | None:
+        """The message's address in the workspace (a permalink), when Slack names the workspace."""
+        if self._workspace is None:
+            try:
+                self._workspace = str((await self._client.auth_test()).get("url") or "")
+            except SlackApiError:
+                self._workspace = ""
+        if not self._workspace:
+            return None
+        return f"{self._workspace.rstrip('/')}/archives/{channel_id}/p{ts.replace('.', '')}"
 
     async def readable(self, text: str) -> str:
         """``text`` with user and channel mentions shown by name (and the user's id)."""

@@ -22,6 +22,8 @@ __all__ = ["slack_tools"]
 
 PAGE = 50
 THREAD_PAGE = 200
+MAX_PERIOD_READ = 300
+"""Messages one ``read_channel`` call with ``since`` returns at most."""
 MAX_THREAD_READ = 1_000
 """Replies read to find a thread's latest; a thread longer than this shows its first ones."""
 MAX_PROMPT_CHARS = 3_000
@@ -65,15 +67,21 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``."""
     names = SlackNames(client)
 
-    async def shown(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
-        return [
-            {
+    async def shown(messages: list[dict[str, Any]], channel: str) -> list[dict[str, Any]]:
+        read: list[dict[str, Any]] = []
+        for m in messages:
+            message: dict[str, Any] = {
                 "from": await names.user(m.get("user")),
                 "ts": str(m["ts"]),
                 "text": await names.readable(str(m.get("text") or "")),
             }
-            for m in messages
-        ]
+            link = await names.link(channel, str(m["ts"]))
+            if link:
+                message["link"] = link
+            if m.get("reply_count"):
+                message["replies"] = int(m["reply_count"])  # a thread: worth a link
+            read.append(message)
+        return read
 
     @tool
     async def read_thread(ctx: ToolContext) -> dict[str, Any]:
@@ -93,7 +101,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         latest = rest[-(PAGE - 1) :] if len(rest) >= PAGE else rest
         read: dict[str, Any] = {
             "channel": await names.channel(channel),
-            "messages": await shown(root + latest),
+            "messages": await shown(root + latest, channel),
         }
         if len(rest) > len(latest) or cursor is not None:
             read["skipped"] = "older replies between the first message and these were left out"
@@ -101,27 +109,42 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
 
     @tool
     async def read_channel(
-        channel: str, ctx: ToolContext, cursor: str | None = None
+        channel: str, ctx: ToolContext, since: str | None = None, cursor: str | None = None
     ) -> dict[str, Any]:
-        """Read recent top-level messages of a channel, newest first, 50 at a time.
+        """Read a channel's top-level messages: the latest 50, or all since a time.
+
+        Without ``since``: newest first, 50 at a time (``next_cursor`` reads further
+        back). With ``since``: every message after it, oldest first (up to 300;
+        ``next_cursor`` then goes on), for a summary of a period. Each message has
+        its ``link``; ``replies`` counts a thread's answers.
 
         Args:
             channel: A public channel: its name (``#general``) or id (``C…``).
             ctx: The call's context (the engine fills it in).
-            cursor: From a previous call's ``next_cursor``, to read further back.
+            since: Seconds since the epoch, or a message's ``ts``: only what came after.
+            cursor: From a previous call's ``next_cursor``, to read on.
         """
         found = await names.channel_id(channel)
         await _open_to_all(client, found, ctx)
-        try:
-            answer = await client.conversations_history(
-                channel=found, limit=PAGE, cursor=cursor or None
-            )
-        except SlackApiError as exc:
-            raise ToolError(f"cannot read {channel}: {exc.response.get('error')}") from None
+        oldest = _epoch(since) if since else None
+        messages: list[dict[str, Any]] = []
+        while True:
+            try:
+                answer = await client.conversations_history(
+                    channel=found, limit=PAGE, cursor=cursor or None, oldest=oldest
+                )
+            except SlackApiError as exc:
+                raise ToolError(f"cannot read {channel}: {exc.response.get('error')}") from None
+            messages += answer["messages"]
+            cursor = (answer.get("response_metadata") or {}).get("next_cursor") or None
+            if oldest is None or cursor is None or len(messages) >= MAX_PERIOD_READ:
+                break
+        if oldest is not None:
+            messages.reverse()  # a period reads best in the order it happened
         return {
             "channel": await names.channel(found),
-            "messages": await shown(list(answer["messages"])),
-            "next_cursor": (answer.get("response_metadata") or {}).get("next_cursor") or None,
+            "messages": await shown(messages, found),
+            "next_cursor": cursor,
         }
 
     @tool
@@ -183,6 +206,20 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         return {"notes": [note for (note,) in rows]}
 
     return [read_thread, read_channel, post_message, remember, recall]
+
+
+def _epoch(since: str) -> str:
+    """``since`` as Slack's ``oldest`` (seconds since the epoch, as text).
+
+    Raises:
+        ToolError: It is not a number of seconds.
+    """
+    try:
+        return f"{float(since):.6f}"
+    except ValueError:
+        raise ToolError(
+            f"since is seconds since the epoch or a message ts, not {since!r}"
+        ) from None
 
 
 def _notes_table(ctx: ToolContext) -> None:

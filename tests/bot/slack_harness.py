@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -95,6 +96,9 @@ def _answer(request: ModelRequest) -> Any:
     if text in asks:
         name, arguments = asks[text]
         return reply("", call(name, arguments))
+    period = re.search(r"read_channel takes since=([0-9.]+)", text)
+    if period:  # a schedule's seed: read the channel over the period it names
+        return reply("", call("read_channel", {"channel": "C0GENERAL", "since": period[1]}))
     command, _, rest = text.partition(" ")
     if command == "remember":
         return reply("", call("remember", {"note": rest}))

@@ -155,8 +155,9 @@ async def test_a_schedule_fires_on_time_and_two_schedulers_post_once(bot: Bot):
         second.stop()
 
     [posted] = top_level(bot.slack)
-    assert posted.startswith("you said: p")
-    assert len(bot.model.requests) == 1
+    assert posted.startswith("done: {'channel': '#general'")  # it read the period
+    session = bot.runtime.session("bot", daily(bot.slack.channel_id).session(bot.slack.team_id))
+    assert [t.turn_id for t in await session.turns()] == ["schedule:daily:2026-12-01T08:00Z"]
 
 
 async def test_a_missed_firing_runs_once_within_the_grace_and_is_skipped_after_it(
@@ -172,3 +173,29 @@ async def test_a_missed_firing_runs_once_within_the_grace_and_is_skipped_after_i
         assert await runner_for(bot, DUE + timedelta(hours=2)).catch_up() == 0
     assert "missed by more than 0:05:00; skipped" in caplog.text
     assert len(top_level(bot.slack)) == 1
+
+
+async def test_a_summary_reads_the_channel_since_the_last_firing_with_links(bot: Bot):
+    slack = bot.slack
+    before = slack.post_user_message(slack.channel_id, "yesterday's news")
+    after = slack.post_user_message(slack.channel_id, "the deploy moved to Friday")
+    slack.post_user_message(slack.channel_id, "why?", thread_ts=after)
+    later = slack.post_user_message(slack.channel_id, "lunch at noon")
+    boundary = (float(before) + float(after)) / 2  # the previous firing came between
+    firing = Firing(
+        daily(slack.channel_id),
+        datetime(2026, 12, 1, 8, tzinfo=UTC),
+        datetime.fromtimestamp(boundary, UTC),
+    )
+
+    await fire(bot.channel, bot.runtime, slack.team_id, firing)
+
+    [summary] = [m for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id]
+    read = summary.text
+    assert "yesterday's news" not in read  # only the period since the last firing
+    assert read.index("the deploy moved to Friday") < read.index("lunch at noon")  # in order
+    thread_link = (
+        f"https://fake-team.slack.com/archives/{slack.channel_id}/p{after.replace('.', '')}"
+    )
+    assert f"'link': '{thread_link}', 'replies': 1" in read
+    assert later.replace(".", "") in read
