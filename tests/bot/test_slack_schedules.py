@@ -199,3 +199,29 @@ async def test_a_summary_reads_the_channel_since_the_last_firing_with_links(bot:
     )
     assert f"'link': '{thread_link}', 'replies': 1" in read
     assert later.replace(".", "") in read
+
+
+async def test_a_firing_still_running_holds_the_next_one_back(
+    bot: Bot, caplog: pytest.LogCaptureFixture
+):
+    running, release, fired = asyncio.Event(), asyncio.Event(), []
+
+    async def slow(firing: Firing) -> None:
+        fired.append(firing.turn_id)
+        running.set()
+        await release.wait()
+
+    runner = ScheduleRunner([daily(bot.slack.channel_id)], slow, clock=lambda: DUE)
+    runner.start()
+    try:
+        runner.fire_soon("daily", datetime.now(UTC) + timedelta(seconds=0.1))
+        await asyncio.wait_for(running.wait(), WAIT)
+        with caplog.at_level(logging.WARNING, logger="apscheduler"):
+            runner.fire_soon("daily", datetime.now(UTC) + timedelta(seconds=0.1))
+            await asyncio.sleep(0.5)
+    finally:
+        release.set()
+        runner.stop()
+
+    assert fired == ["schedule:daily:2026-12-01T08:00Z"]
+    assert "maximum number of running instances reached" in caplog.text
