@@ -315,17 +315,34 @@ class ScheduleRunner:
             )
 
 
+_LOOKBACKS = (
+    timedelta(minutes=2),
+    timedelta(hours=2),
+    timedelta(days=2),
+    timedelta(days=9),
+    timedelta(days=32),
+    timedelta(days=367),
+)
+"""Windows searched in turn for a cron's last firing: the first that holds one is walked,
+so an every-minute cron walks a minute, not a year."""
+
+
 def _latest_before(
     trigger: CronTrigger, now: datetime, earliest: datetime | None = None
 ) -> datetime | None:
     """The trigger's last fire time at or before ``now`` (and not before ``earliest``)."""
-    start = earliest if earliest is not None else now - timedelta(days=366)
-    found: datetime | None = trigger.get_next_fire_time(None, start)
-    latest = None
-    while found is not None and found <= now:
-        latest = found
-        found = trigger.get_next_fire_time(found, found + timedelta(seconds=1))
-    return latest
+    for lookback in _LOOKBACKS:
+        start = now - lookback
+        if earliest is not None and start < earliest:
+            start = earliest
+        found: datetime | None = trigger.get_next_fire_time(None, start)
+        latest = None
+        while found is not None and found <= now:
+            latest = found
+            found = trigger.get_next_fire_time(found, found + timedelta(seconds=1))
+        if latest is not None or (earliest is not None and start == earliest):
+            return latest
+    return None
 
 
 def _crontab_weekdays(field: str) -> str:

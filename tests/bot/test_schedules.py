@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agent import ConfigError
-from bot.schedules import Schedule, due_firing, load_bot_config, next_firing
+from bot.schedules import Schedule, due_firing, firing_now, load_bot_config, next_firing
 
 DAILY = """
 [[schedules]]
@@ -101,3 +101,19 @@ def test_a_firing_is_named_by_its_schedule_and_due_minute_wherever_it_runs():
     assert "since=" in first.seed()
     assert due_firing(daily, due + timedelta(minutes=6), timedelta(minutes=5)) is None
     assert due_firing(daily, due - timedelta(seconds=1), timedelta(minutes=5)) is None
+
+
+def test_a_frequent_schedule_finds_its_last_firing_without_walking_a_year():
+    every_minute = Schedule(name="m", cron="* * * * *", channel="C0GENERAL", prompt="p")
+    yearly = Schedule(name="y", cron="0 0 1 1 *", channel="C0GENERAL", prompt="p")
+    now = datetime(2026, 12, 1, 8, 0, 30, tzinfo=UTC)
+
+    minute = due_firing(every_minute, now, timedelta(minutes=5))
+    new_year = firing_now(yearly, now)
+
+    assert minute is not None
+    assert (minute.at, minute.previous) == (
+        now.replace(second=0),
+        datetime(2026, 12, 1, 7, 59, tzinfo=UTC),
+    )
+    assert new_year.previous == datetime(2026, 1, 1, tzinfo=UTC)
