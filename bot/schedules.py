@@ -100,6 +100,9 @@ class Schedule(BaseModel):
         if len(fields) != 5:
             raise ValueError(f"five fields (minute hour day month weekday), not {len(fields)}")
         minute, hour, day, month, weekday = fields
+        if day != "*" and weekday != "*":
+            # crontab fires on either; APScheduler only on both: refuse rather than surprise
+            raise ValueError("a day of the month or a weekday, not both (crontab reads either)")
         return CronTrigger(
             minute=minute,
             hour=hour,
@@ -173,7 +176,7 @@ class Firing:
 
     schedule: Schedule
     at: datetime
-    """When it was due (aware), not when it ran."""
+    """When it was due (in UTC), not when it ran."""
     previous: datetime | None
     """The schedule's firing before it, if the cron has one within a year."""
 
@@ -189,13 +192,14 @@ class Firing:
 
     def seed(self) -> str:
         """The prompt, with when this firing is and the period since the last one."""
-        when = f"This is the {self.schedule.name} schedule's firing of {_shown(self.at)}."
+        zone = ZoneInfo(self.schedule.timezone)
+        when = f"This is the {self.schedule.name} schedule's firing of {_shown(self.at, zone)}."
         if self.previous is None:
             return f"{self.schedule.prompt}\n\n({when})"
         since = f"{self.previous.timestamp():.6f}"
         return (
             f"{self.schedule.prompt}\n\n({when} The previous firing was at "
-            f"{_shown(self.previous)}: the period to cover is since then; read_channel "
+            f"{_shown(self.previous, zone)}: the period to cover is since then; read_channel "
             f"takes since={since} for it.)"
         )
 
@@ -206,12 +210,13 @@ def due_firing(schedule: Schedule, now: datetime, within: timedelta) -> Firing |
     latest = _latest_before(trigger, now, now - within)
     if latest is None:
         return None
-    return Firing(schedule, latest, _latest_before(trigger, latest - timedelta(seconds=1)))
+    before = latest.astimezone(UTC) - timedelta(seconds=1)
+    return Firing(schedule, latest, _latest_before(trigger, before))
 
 
 def firing_now(schedule: Schedule, now: datetime) -> Firing:
     """A firing asked for by hand, due this minute; it covers the time since the last one."""
-    at = now.replace(second=0, microsecond=0)
+    at = now.astimezone(UTC).replace(second=0, microsecond=0)
     return Firing(schedule, at, _latest_before(schedule.trigger(), at - timedelta(seconds=1)))
 
 
@@ -293,7 +298,7 @@ class ScheduleRunner:
                 logger.warning(
                     "schedule %s: the firing of %s was missed by more than %s; skipped",
                     schedule.name,
-                    _shown(missed.at),
+                    _shown(missed.at, ZoneInfo(schedule.timezone)),
                     self._grace,
                 )
         return ran
@@ -335,40 +340,56 @@ def _latest_before(
         start = now - lookback
         if earliest is not None and start < earliest:
             start = earliest
-        found: datetime | None = trigger.get_next_fire_time(None, start)
+        # all in UTC: in the hour clocks go back through, two local times compare by their
+        # wall clock (fold aside), and APScheduler 3 asked from there answers the same
+        # time forever
+        found = _utc(trigger.get_next_fire_time(None, start))
         latest = None
         while found is not None and found <= now:
             latest = found
-            found = trigger.get_next_fire_time(found, found + timedelta(seconds=1))
+            found = _utc(trigger.get_next_fire_time(None, found + timedelta(seconds=1)))
+            if found is not None and found <= latest:
+                break  # never walk backwards or in place
         if latest is not None or (earliest is not None and start == earliest):
             return latest
     return None
 
 
+def _utc(at: datetime | None) -> datetime | None:
+    return at.astimezone(UTC) if at is not None else None
+
+
 def _crontab_weekdays(field: str) -> str:
     """Crontab's weekday field for APScheduler 3, which counts 0 as Monday, not Sunday."""
-    if not any(ch.isdigit() for ch in field):
-        return field  # "*", or names ("mon-fri"), which both read alike
+    if field == "*":
+        return field
     days: set[int] = set()
     for part in field.split(","):
-        span, _, step = part.partition("/")
-        if span == "*":
-            first, last = 0, 6
-        elif "-" in span:
-            a, _, b = span.partition("-")
-            first, last = int(a), int(b)
-        else:
-            first = last = int(span)
-            if step:
-                last = 7
-        if not (0 <= first <= 7 and 0 <= last <= 7 and first <= last):
-            raise ValueError(f"weekday {part!r}: 0-7 (0 and 7 are Sunday)")
-        days.update(day % 7 for day in range(first, last + 1, int(step or 1)))
+        numbered = part.lower()
+        for number, name in enumerate(_DAYS):
+            numbered = numbered.replace(name, str(number))
+        span, _, step = numbered.partition("/")
+        try:
+            every = int(step or 1)
+            if span == "*":
+                first, last = 0, 6
+            elif "-" in span:
+                a, _, b = span.partition("-")
+                first, last = int(a), int(b)
+            else:
+                first = last = int(span)
+                if step:
+                    last = 7
+        except ValueError:
+            raise ValueError(f"weekday {part!r}: numbers 0-7 or names sun-sat") from None
+        if not (0 <= first <= last <= 7) or every < 1:
+            raise ValueError(f"weekday {part!r}: 0-7 (0 and 7 are Sunday), a step of 1 or more")
+        days.update(day % 7 for day in range(first, last + 1, every))
     return ",".join(_DAYS[day] for day in sorted(days))
 
 
-def _shown(at: datetime) -> str:
-    return f"{at:%Y-%m-%d %H:%M %Z}"
+def _shown(at: datetime, zone: ZoneInfo | None = None) -> str:
+    return f"{at.astimezone(zone) if zone else at:%Y-%m-%d %H:%M %Z}"
 
 
 def _where(raw: Any, location: tuple[int | str, ...]) -> str:

@@ -428,11 +428,16 @@ class SlackChannel:
         }
         # a kept state means the thread is not done with the turn (it is forgotten at its end)
         owed = set(kept)
+        proactive: set[tuple[str, str]] = set()
         for key, record in await self.runtime.store.unfinished_turns():
             if key.agent == self.agent:
                 owed.add((key.session_id, record.turn_id))
+                if record.input.trigger == "proactive":
+                    proactive.add((key.session_id, record.turn_id))
         for key, record in await self.runtime.store.suspended_turns():
             at = (key.session_id, record.turn_id)
+            if record.input.trigger == "proactive":
+                proactive.add(at)
             parked = record.result
             request = parked.request.id if isinstance(parked, Suspended) else None
             if key.agent != self.agent:
@@ -448,6 +453,9 @@ class SlackChannel:
             thread = await self._thread_for(session_id, turn_id)
             if thread is None:
                 continue
+            unclaimed = (session_id, turn_id) in proactive and (session_id, turn_id) not in kept
+            if unclaimed and not await self._claim(thread, turn_id):
+                continue  # a firing, taken up meanwhile by whoever delivers it
             self._watch(turn_id)  # before the runtime starts it: its events are ours
             self.spawn(self._reply(thread, turn_id, taking_up=True), name=f"reply {turn_id}")
             count += 1
@@ -468,15 +476,20 @@ class SlackChannel:
         channel = target.get("channel") if isinstance(target, dict) else None
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"a Slack target names a channel, as {{'channel': 'C…'}}: {target!r}")
-        key = SessionKey(self.agent, session_id)
-        where = {"channel": channel, "thread_ts": None}
-        if not await self.runtime.store.claim_delivery(key, turn_id, where):
+        thread = _Thread(channel, None, session_id)
+        if not await self._claim(thread, turn_id):
             return  # shown already, or being shown (by another process, or a restart)
         self._watch(turn_id)
         try:
-            await self._show(_Thread(channel, None, session_id), turn_id, since=0, taking_up=False)
+            await self._show(thread, turn_id, since=0, taking_up=False)
         finally:
             self._unwatch(turn_id)
+
+    async def _claim(self, thread: _Thread, turn_id: str) -> bool:
+        """Take on showing a proactive turn; False if someone (or something) already has."""
+        key = SessionKey(self.agent, thread.session_id)
+        where = {"channel": thread.channel, "thread_ts": thread.thread_ts}
+        return await self.runtime.store.claim_delivery(key, turn_id, where)
 
     async def _thread_for(self, session_id: str, turn_id: str) -> _Thread | None:
         """Where a turn is shown: its session's thread, or where a proactive turn was put."""

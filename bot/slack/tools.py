@@ -114,9 +114,9 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         """Read a channel's top-level messages: the latest 50, or all since a time.
 
         Without ``since``: newest first, 50 at a time (``next_cursor`` reads further
-        back). With ``since``: every message after it, oldest first (up to 300;
-        ``next_cursor`` then goes on), for a summary of a period. Each message has
-        its ``link``; ``replies`` counts a thread's answers.
+        back). With ``since``: the period's messages, oldest first, for a summary;
+        past 300 these are its newest 300, and ``next_cursor`` reads the older ones.
+        Each message has its ``link``; ``replies`` counts a thread's answers.
 
         Args:
             channel: A public channel: its name (``#general``) or id (``C…``).

@@ -51,6 +51,8 @@ def test_weekdays_are_read_as_crontab_reads_them_sunday_being_zero():
 BAD = {
     "bad cron": ('cron = "0 9 * *"', "schedule 'daily': cron: five fields"),
     "bad weekday": ('cron = "0 9 * * 9"', "schedule 'daily': cron: weekday '9'"),
+    "zero step": ('cron = "0 9 * * */0"', "schedule 'daily': cron: weekday '*/0'"),
+    "bad day name": ('cron = "0 9 * * mon-fry"', "schedule 'daily': cron: weekday 'mon-fry'"),
     "unknown zone": ('timezone = "Mars/Olympus"', "schedule 'daily': timezone: unknown time"),
     "bad channel": ('channel = "#general"', "schedule 'daily': channel: a channel id"),
     "empty prompt": ('prompt = ""', "schedule 'daily': prompt:"),
@@ -117,3 +119,55 @@ def test_a_frequent_schedule_finds_its_last_firing_without_walking_a_year():
         datetime(2026, 12, 1, 7, 59, tzinfo=UTC),
     )
     assert new_year.previous == datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("cron", "now", "due"),
+    [
+        ("30 2 * * *", "2024-10-27T01:31", "2024-10-27T01:30Z"),  # 02:30, the second time
+        ("30 2 * * *", "2024-10-28T01:31", "2024-10-28T01:30Z"),  # the day after the fold
+        ("0 * * * *", "2024-10-27T01:01", "2024-10-27T01:00Z"),
+        ("0 * * * *", "2024-10-27T03:01", "2024-10-27T03:00Z"),
+    ],
+)
+def test_the_night_clocks_go_back_names_each_firing_and_never_hangs(cron, now, due):
+    # APScheduler 3 answers the same time forever when asked from inside the repeated hour
+    paris = Schedule(name="t", cron=cron, timezone="Europe/Paris", channel="C0GENERAL", prompt="p")
+    at = datetime.fromisoformat(now).replace(tzinfo=UTC)
+
+    firing = due_firing(paris, at, timedelta(minutes=5))
+
+    assert firing is not None
+    assert firing.turn_id == f"schedule:t:{due}"
+    assert firing.previous is not None
+    assert firing.previous < firing.at
+
+
+@pytest.mark.parametrize(
+    ("weekdays", "monday_to_sunday"),
+    [
+        ("1-5", [True] * 5 + [False] * 2),
+        ("0,6", [False] * 5 + [True] * 2),
+        ("sun-sat", [True] * 7),
+        ("mon,3", [True, False, True, False, False, False, False]),
+        ("*/2", [False, True, False, True, False, True, True]),  # sun, tue, thu, sat
+        ("5-7", [False] * 4 + [True] * 3),
+    ],
+)
+def test_weekday_fields_read_as_crontab_reads_them(weekdays, monday_to_sunday):
+    schedule = Schedule(name="w", cron=f"0 9 * * {weekdays}", channel="C0GENERAL", prompt="p")
+    monday = datetime(2026, 11, 30, tzinfo=UTC)
+
+    fires = [
+        next_firing(schedule, monday + timedelta(days=n)) == monday + timedelta(days=n, hours=9)
+        for n in range(7)
+    ]
+
+    assert fires == monday_to_sunday
+
+
+def test_a_day_of_the_month_with_a_weekday_is_refused_rather_than_read_otherwise(tmp_path):
+    both = DAILY.replace('cron = "0 9 * * 1-5"', 'cron = "0 9 1 * 1"')
+
+    with pytest.raises(ConfigError, match="a day of the month or a weekday, not both"):
+        load_bot_config(config_file(tmp_path, both))

@@ -76,8 +76,12 @@ async def test_a_proactive_turn_a_stopped_process_never_showed_is_shown_at_the_n
     await asyncio.wait_for(bot.held.wait(), WAIT)
 
     assert await bot.channel.resume_replies() == 1
+    # a catch-up of the same firing arrives while the start-up shows it
+    catching_up = asyncio.create_task(summon(bot, "think slowly about the week"))
+    await asyncio.sleep(0.1)
     bot.hold.set()
     await session.result(turn_id)
+    await asyncio.wait_for(catching_up, WAIT)
     await asyncio.sleep(0.1)
 
     assert top_level(bot) == ["you said: think slowly about the week"]
