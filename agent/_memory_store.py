@@ -120,6 +120,10 @@ class MemoryStore:
         archive = self._session(key).archive.get(generation)
         return copy.deepcopy(archive)
 
+    async def latest_turn(self, key: SessionKey) -> int:
+        s = self._sessions.get(key)
+        return max((t.seq for t in s.turns.values()), default=0) if s is not None else 0
+
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)
         return s is not None and bool(s.turns or s.generation)

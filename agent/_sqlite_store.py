@@ -254,6 +254,16 @@ class SQLiteStore:
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         return await self._run(_load_archive, self._ids, key, generation)
 
+    async def latest_turn(self, key: SessionKey) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            sid = self._ids.find(conn, key)
+            if sid is None:
+                return 0
+            row = conn.execute("SELECT max(seq) FROM turns WHERE session = ?", (sid,)).fetchone()
+            return int(row[0] or 0)
+
+        return await self._run(read)
+
     async def has_session(self, key: SessionKey) -> bool:
         return await self._run(lambda conn: self._ids.find(conn, key) is not None)
 

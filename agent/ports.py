@@ -180,6 +180,14 @@ class SessionStore(Protocol):
         """Read one archived generation of a session (None when there is none)."""
         ...
 
+    async def latest_turn(self, key: SessionKey) -> int:
+        """The highest sequence number of the session's live turns (0 for none); cheap.
+
+        A process compares it with what it holds to learn that another process
+        admitted a turn meanwhile.
+        """
+        ...
+
     async def has_session(self, key: SessionKey) -> bool:
         """Whether the session ever admitted a turn; cheap, and loads nothing."""
         ...

@@ -169,6 +169,8 @@ class AgentSession:
         self._runtime.check_open()
         async with self._admit_lock:
             state = await self._loaded()
+            if self._worker is None and not self._queue:
+                state = await self._caught_up(state)
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
             if known is None or known.status in TURN_STATUSES_UNFINISHED:
@@ -423,6 +425,18 @@ class AgentSession:
                 break
         writing.result()  # the store's error, if the write failed
         return caller_left
+
+    async def _caught_up(self, state: StoredSession) -> StoredSession:
+        """The session as the store has it, when another process admitted a turn meanwhile.
+
+        Asked only while nothing runs here: a copy that missed a turn written by
+        another process (``run-schedule`` beside the server) would admit the next
+        one over it.
+        """
+        held = max((t.seq for t in state.turns.values()), default=0)
+        if await self._runtime.store.latest_turn(self.key) != held:
+            return await self._reread()
+        return state
 
     async def _reread(self) -> StoredSession:
         """Read the session again when nothing here runs (another process may have moved it)."""

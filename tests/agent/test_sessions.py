@@ -12,6 +12,7 @@ from agent import (
     Completed,
     ConfigError,
     MemoryStore,
+    SQLiteStore,
     StoreError,
     TurnFailedError,
     TurnInput,
@@ -396,3 +397,32 @@ async def test_a_closed_runtime_refuses_new_turns(store):
     await runtime.close()
     with pytest.raises(RuntimeClosedError, match="closed"):
         await session.start("hello")
+
+
+async def test_a_turn_another_process_admitted_is_seen_before_the_next_one(tmp_path):
+    # two runtimes on one database file, as the server and `run-schedule` beside it
+    model = ScriptedModel(lambda request: reply(f"re: {request.messages[-1].text}"))
+    server_store = await SQLiteStore.open(tmp_path / "bot.db")
+    command_store = await SQLiteStore.open(tmp_path / "bot.db")
+    try:
+        async with (
+            AgentRuntime(server_store, Agent(name="a", model=model)) as server,
+            AgentRuntime(command_store, Agent(name="a", model=model)) as command,
+        ):
+            await server.session("a", "s1").turn("monday")  # the server holds the session
+            await command.session("a", "s1").turn("by hand")
+
+            await server.session("a", "s1").turn("tuesday")
+
+            said = [m.text for m in await server.session("a", "s1").transcript()]
+            assert said == [
+                "monday",
+                "re: monday",
+                "by hand",
+                "re: by hand",
+                "tuesday",
+                "re: tuesday",
+            ]
+    finally:
+        await server_store.close()
+        await command_store.close()

@@ -114,6 +114,16 @@ async def test_has_session_is_true_once_a_turn_was_admitted(store):
     assert not await store.has_session(SessionKey("other agent", KEY.session_id))
 
 
+async def test_latest_turn_is_the_highest_sequence_number(store):
+    assert await store.latest_turn(KEY) == 0
+    for seq in (1, 2):
+        record = TurnRecord(turn_id=f"t{seq}", seq=seq, status="queued", input=TurnInput(text="x"))
+        await store.commit(KEY, Commit(turns=(record,)))
+
+    assert await store.latest_turn(KEY) == 2
+    assert await store.latest_turn(SessionKey("a", "other")) == 0
+
+
 async def test_delivery_states_are_kept_per_turn_replaced_and_forgotten(store):
     other = SessionKey("b", "s1")
     await store.save_delivery(KEY, "t1", {"reply": "1.0", "from": 0})
