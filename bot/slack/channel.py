@@ -238,13 +238,21 @@ class SlackChannel:
         prompt = REQUEST_ADAPTER.validate_python(answer["request"]).prompt
         by = answer.get("by")
         if answer.get("expired"):
-            text, blocks = EXPIRED_REQUEST, expired_blocks(prompt)
+            await self._replace_buttons(channel, shown_ts, EXPIRED_REQUEST, expired_blocks(prompt))
         elif isinstance(by, str):
-            approved = answer.get("value") is True
-            text = f"{'Approved' if approved else 'Denied'} by <@{by}>"
-            blocks = decided_blocks(prompt, by=by, approved=approved)
-        else:
-            return
+            await self._show_decided(channel, shown_ts, prompt, by, answer.get("value") is True)
+
+    async def _show_decided(
+        self, channel: str, shown_ts: str, prompt: str, by: str, approved: bool
+    ) -> None:
+        text = f"{'Approved' if approved else 'Denied'} by <@{by}>"
+        blocks = decided_blocks(prompt, by=by, approved=approved)
+        await self._replace_buttons(channel, shown_ts, text, blocks)
+
+    async def _replace_buttons(
+        self, channel: str, shown_ts: str, text: str, blocks: list[Any]
+    ) -> None:
+        """Update a request's message so it no longer offers its buttons (best effort)."""
         try:
             await self.client.chat_update(channel=channel, ts=shown_ts, text=text, blocks=blocks)
         except SlackApiError as exc:
@@ -551,15 +559,7 @@ class SlackChannel:
             return
         prompt, since = resumed
         if shown_ts is not None:
-            try:
-                await self.client.chat_update(
-                    channel=thread.channel,
-                    ts=shown_ts,
-                    text=f"{'Approved' if decision.approved else 'Denied'} by <@{clicker}>",
-                    blocks=decided_blocks(prompt, by=clicker, approved=decision.approved),
-                )
-            except SlackApiError as exc:
-                logger.error("turn %s: could not record the decision: %s", turn_id, _error(exc))
+            await self._show_decided(thread.channel, shown_ts, prompt, clicker, decision.approved)
         await self._reply(thread, turn_id, since=since, reader=clicker)
 
     async def _apply(

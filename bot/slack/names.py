@@ -70,6 +70,11 @@ class SlackNames:
     def _named(self, name: str) -> str | None:
         return next((cid for cid, known in self._channels.items() if known.lower() == name), None)
 
+    def learn_channel(self, channel_id: str, name: object) -> None:
+        """Keep a channel's name Slack already told (no need to ask it again)."""
+        if isinstance(name, str) and name:
+            self._channels[channel_id] = name
+
     async def channel(self, channel_id: str) -> str:
         """``#general``, or the id when Slack will not say."""
         if channel_id not in self._channels:

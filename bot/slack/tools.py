@@ -40,7 +40,9 @@ def _where(ctx: ToolContext) -> tuple[str, str]:
     return parts[2], parts[3]
 
 
-async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -> None:
+async def _open_to_all(
+    client: AsyncWebClient, channel: str, ctx: ToolContext, names: SlackNames
+) -> None:
     """Refuse a conversation not every member of the workspace may read, or the bot is not in.
 
     The turn's own conversation is always fine; elsewhere only public channels:
@@ -55,6 +57,7 @@ async def _open_to_all(client: AsyncWebClient, channel: str, ctx: ToolContext) -
         info = (await client.conversations_info(channel=channel))["channel"]
     except SlackApiError as exc:
         raise ToolError(f"cannot use {channel}: {exc.response.get('error')}") from None
+    names.learn_channel(channel, info.get("name"))
     if info.get("is_im") or info.get("is_mpim") or info.get("is_private"):
         raise ToolError(f"{channel} is private: only public channels can be read or posted to")
     if not info.get("is_member"):
@@ -125,7 +128,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
             cursor: From a previous call's ``next_cursor``, to read on.
         """
         found = await names.channel_id(channel)
-        await _open_to_all(client, found, ctx)
+        await _open_to_all(client, found, ctx, names)
         oldest = _epoch(since) if since else None
         messages: list[dict[str, Any]] = []
         while True:
@@ -165,7 +168,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
                 f"approval shows {MAX_PROMPT_CHARS} characters with the quote marks, so nobody "
                 "could see all of what they approve: shorten it"
             )
-        await _open_to_all(client, channel, ctx)
+        await _open_to_all(client, channel, ctx, names)
         approved = await ctx.request_input(id="post", prompt=prompt, schema={"type": "boolean"})
         if approved is EXPIRED:
             return {"posted": False, "reason": "nobody answered in time"}
