@@ -11,9 +11,9 @@ import copy
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agent.errors import StoreConflictError, StoreError
+from agent.errors import LeaseLostError, StoreConflictError, StoreError
 from agent.messages import JsonValue
-from agent.ports import Archive, Commit, SessionKey, SessionStatus, StoredSession
+from agent.ports import Archive, Commit, LeaseTaken, SessionKey, SessionStatus, StoredSession
 from agent.turns import TURN_STATUSES_UNFINISHED, TurnRecord
 
 __all__ = ["MemoryStore"]
@@ -51,6 +51,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._sessions: dict[SessionKey, _Session] = {}
+        self._leases: dict[SessionKey, tuple[str, float]] = {}
 
     async def close(self) -> None:
         """Nothing to release; here so both stores close alike."""
@@ -120,9 +121,19 @@ class MemoryStore:
         archive = self._session(key).archive.get(generation)
         return copy.deepcopy(archive)
 
-    async def latest_turn(self, key: SessionKey) -> int:
-        s = self._sessions.get(key)
-        return max((t.seq for t in s.turns.values()), default=0) if s is not None else 0
+    async def take_lease(
+        self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
+    ) -> LeaseTaken:
+        held = self._leases.get(key)
+        if held is not None and held[0] not in {holder, over} and held[1] > now:
+            return LeaseTaken(granted=False, holder=held[0])
+        self._leases[key] = (holder, until)
+        return LeaseTaken(granted=True, holder=holder, previous=held[0] if held else None)
+
+    async def drop_lease(self, key: SessionKey, holder: str) -> None:
+        held = self._leases.get(key)
+        if held is not None and held[0] == holder:
+            self._leases[key] = (holder, 0.0)
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)
@@ -166,6 +177,9 @@ class MemoryStore:
     def _apply(self, key: SessionKey, commit: Commit) -> None:
         s = self._session(key)
         # check everything first so a clash writes nothing, as a rolled-back transaction
+        held = self._leases.get(key)
+        if commit.holder is not None and held is not None and held[0] != commit.holder:
+            raise LeaseLostError(f"{key}: another process took this session on")
         for turn_id, expected in commit.expect:
             stored = s.turns.get(turn_id)
             if stored is None or stored.status != expected:

@@ -18,9 +18,9 @@ from typing import Any, Literal, TypeVar
 import aiosqlite
 
 from agent._json import dumps, loads
-from agent.errors import StoreConflictError, StoreError
+from agent.errors import LeaseLostError, StoreConflictError, StoreError
 from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
-from agent.ports import Archive, Commit, SessionKey, StoredSession
+from agent.ports import Archive, Commit, LeaseTaken, SessionKey, StoredSession
 from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
 
 __all__ = ["SQLiteStore"]
@@ -115,6 +115,16 @@ MIGRATIONS: tuple[str, ...] = (
         turn_id TEXT NOT NULL,
         state TEXT NOT NULL,
         PRIMARY KEY (session, turn_id)
+    ) WITHOUT ROWID;
+    """,
+    # which process writes a session now: two processes on one file take turns
+    """
+    CREATE TABLE leases (
+        agent TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        until REAL NOT NULL,
+        PRIMARY KEY (agent, session_id)
     ) WITHOUT ROWID;
     """,
 )
@@ -254,15 +264,20 @@ class SQLiteStore:
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         return await self._run(_load_archive, self._ids, key, generation)
 
-    async def latest_turn(self, key: SessionKey) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            sid = self._ids.find(conn, key)
-            if sid is None:
-                return 0
-            row = conn.execute("SELECT max(seq) FROM turns WHERE session = ?", (sid,)).fetchone()
-            return int(row[0] or 0)
+    async def take_lease(
+        self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
+    ) -> LeaseTaken:
+        return await self._run(_take_lease, self._ids, key, holder, now, until, over)
 
-        return await self._run(read)
+    async def drop_lease(self, key: SessionKey, holder: str) -> None:
+        def drop(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, self._ids):
+                conn.execute(
+                    "UPDATE leases SET until = 0 WHERE agent = ? AND session_id = ? AND holder = ?",
+                    (key.agent, key.session_id, holder),
+                )
+
+        await self._run(drop)
 
     async def has_session(self, key: SessionKey) -> bool:
         return await self._run(lambda conn: self._ids.find(conn, key) is not None)
@@ -493,7 +508,43 @@ def _transaction(conn: sqlite3.Connection, ids: _SessionIds) -> Iterator[None]:
 
 def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
     with _transaction(conn, ids):
+        _check_lease(conn, key, rows.commit.holder)
         _apply(conn, ids.ensure(conn, key), rows)
+
+
+def _check_lease(conn: sqlite3.Connection, key: SessionKey, holder: str | None) -> None:
+    if holder is None:
+        return
+    row = conn.execute(
+        "SELECT holder FROM leases WHERE agent = ? AND session_id = ?", (key.agent, key.session_id)
+    ).fetchone()
+    if row is not None and row[0] != holder:
+        raise LeaseLostError(f"{key}: another process took this session on")
+
+
+def _take_lease(
+    conn: sqlite3.Connection,
+    ids: _SessionIds,
+    key: SessionKey,
+    holder: str,
+    now: float,
+    until: float,
+    over: str | None,
+) -> LeaseTaken:
+    with _transaction(conn, ids):
+        row = conn.execute(
+            "SELECT holder, until FROM leases WHERE agent = ? AND session_id = ?",
+            (key.agent, key.session_id),
+        ).fetchone()
+        if row is not None and row[0] not in {holder, over} and row[1] > now:
+            return LeaseTaken(granted=False, holder=row[0])
+        conn.execute(
+            "INSERT INTO leases (agent, session_id, holder, until) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (agent, session_id) DO UPDATE"
+            " SET holder = excluded.holder, until = excluded.until",
+            (key.agent, key.session_id, holder, until),
+        )
+        return LeaseTaken(granted=True, holder=holder, previous=row[0] if row else None)
 
 
 def _save_delivery(
@@ -548,6 +599,7 @@ def _work_and_write(
             conn.execute("ROLLBACK TO tool_call")
         conn.execute("RELEASE tool_call")
         commit = record(outcome)
+        _check_lease(conn, key, commit.holder)
         _apply(conn, ids.ensure(conn, key), _rows(commit))
     return commit
 

@@ -175,8 +175,11 @@ class TurnRun:
         record: TurnRecord,
         emit: Callable[[TurnEvent], None],
         clock: Callable[[], float] = time.time,
+        holder: str | None = None,
     ) -> None:
         self._agent = agent
+        self._holder = holder
+        """The session's lease this run writes under: the store refuses it once another took it."""
         self._store = store
         self._key = key
         self._state = state
@@ -452,7 +455,10 @@ class TurnRun:
                 return self._tool_commit(step, self._tool_message(call, error=outcome))
             return self._tool_commit(step, self._tool_message(call, result=outcome))
 
-        commit = await self._store.commit_with(self._key, work, record)
+        def fenced(outcome: JsonValue | Exception) -> Commit:
+            return dataclasses.replace(record(outcome), holder=self._holder)
+
+        commit = await self._store.commit_with(self._key, work, fenced)
         apply_commit(self._state, commit)
         message = commit.messages[0].message
         assert isinstance(message, ToolMessage)
@@ -543,6 +549,7 @@ class TurnRun:
     async def _commit(self, commit: Commit) -> None:
         # Only the session's own worker awaits here, and cancelling it means the runtime
         # is closing and drops this state, so a write that lands after the cancel is fine.
+        commit = dataclasses.replace(commit, holder=self._holder)
         await self._store.commit(self._key, commit)
         apply_commit(self._state, commit)
         self._record = self._state.turns[self.turn_id]

@@ -71,6 +71,10 @@ class StoreConflictError(StoreError):
     """A conditional write found the turn's record no longer as expected (another writer won)."""
 
 
+class LeaseLostError(StoreError):
+    """Another process took the session on while this one still meant to write to it."""
+
+
 class ConflictError(AgentError):
     """The session is not in a state that allows this request."""
 

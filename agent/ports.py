@@ -23,6 +23,7 @@ __all__ = [
     "Archive",
     "Commit",
     "EventSink",
+    "LeaseTaken",
     "Model",
     "SessionKey",
     "SessionStatus",
@@ -88,6 +89,23 @@ class Commit:
     """Carry out the pending reset: move the transcript, the steps and the turns up to
     ``reset_through`` into the archive under the current generation, then start the
     next generation with status ``new``."""
+    holder: str | None = None
+    """The writer's lease: write only if no other holder took the session's lease
+    since; otherwise write nothing and raise `LeaseLostError` (a process that
+    stalled past its lease must not write over the one that took the session on)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseTaken:
+    """What `SessionStore.take_lease` found: who holds the session's lease now."""
+
+    granted: bool
+    """Whether the caller holds it now."""
+    holder: str
+    """The caller when granted; otherwise the other holder."""
+    previous: str | None = None
+    """When granted: who held it before (None for nobody, ever). Another holder means
+    another process may have written the session since the caller last read it."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -180,12 +198,20 @@ class SessionStore(Protocol):
         """Read one archived generation of a session (None when there is none)."""
         ...
 
-    async def latest_turn(self, key: SessionKey) -> int:
-        """The highest sequence number of the session's live turns (0 for none); cheap.
+    async def take_lease(
+        self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
+    ) -> LeaseTaken:
+        """Make ``holder`` the session's only writer until ``until``, if it may be.
 
-        A process compares it with what it holds to learn that another process
-        admitted a turn meanwhile.
+        Granted when nobody holds the lease, ``holder`` already does (this renews
+        it), it ran out before ``now``, or its holder is ``over`` (one the caller
+        found dead). Times are wall-clock seconds since the epoch, shared by every
+        process on the store.
         """
+        ...
+
+    async def drop_lease(self, key: SessionKey, holder: str) -> None:
+        """Let the session's lease go, if ``holder`` still holds it."""
         ...
 
     async def has_session(self, key: SessionKey) -> bool:

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from agent._lease import LEASE_SECONDS, new_holder, retire
 from agent.definition import Agent
 from agent.errors import ConfigError, RuntimeClosedError
 from agent.events import TurnEvent
@@ -42,6 +43,7 @@ class AgentRuntime:
         sink: EventSink | None = None,
         max_loaded_sessions: int = 1000,
         clock: Callable[[], float] = time.time,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         """Host ``agents`` on ``store``.
 
@@ -53,6 +55,10 @@ class AgentRuntime:
                 beyond it, the least recently used idle ones are dropped and read
                 again when next used, so a long-lived bot does not grow without bound.
             clock: Wall-clock seconds since the epoch; input requests expire by it.
+            lease_seconds: How long a session stays this runtime's to write after its
+                turns stop renewing it: another process on the store (``run-schedule``
+                beside the server) waits that long for a runtime that froze. One whose
+                process exited is taken over at once.
         """
         self.store = store
         self._max_loaded = max_loaded_sessions
@@ -67,6 +73,9 @@ class AgentRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._is_closed = False
         self.clock = clock
+        self.holder = new_holder()
+        """This runtime's name in the store's session leases."""
+        self.lease_seconds = lease_seconds
         self._expiries: dict[tuple[SessionKey, str], asyncio.TimerHandle] = {}
 
     def agent(self, name: str) -> Agent:
@@ -176,6 +185,8 @@ class AgentRuntime:
         await asyncio.gather(*tasks, return_exceptions=True)
         for session in self._sessions.values():
             session.abandon_waiters()
+            await session.let_go()
+        retire(self.holder)
         self._sessions.clear()
         self._loaded.clear()
 
@@ -185,6 +196,11 @@ class AgentRuntime:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._is_closed
 
     def check_open(self) -> None:
         """Refuse new work once the runtime is closed.

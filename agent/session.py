@@ -9,12 +9,15 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+from agent._lease import SessionLease, drop_quietly
 from agent._replay import fold_turn
 from agent._turn import CANCELLED_CALL, TurnRun, apply_commit, ending_commit, opening_commit
 from agent.errors import (
     ConflictError,
+    LeaseLostError,
     ResumeConflictError,
     RuntimeClosedError,
     SessionSuspendedError,
@@ -99,6 +102,9 @@ class AgentSession:
         """Whether unfinished turns of the loaded state were queued (once per load)."""
         self._running: TurnRun | None = None
         self._reset_done: asyncio.Future[SessionReset] | None = None
+        self._lease = SessionLease(
+            runtime.store, key, runtime.holder, seconds=runtime.lease_seconds
+        )
 
     async def _loaded(self) -> StoredSession:
         # read once, then kept current by the turns themselves: no step rereads history
@@ -167,10 +173,8 @@ class AgentSession:
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
         self._runtime.check_open()
-        async with self._admit_lock:
+        async with self._writing():
             state = await self._loaded()
-            if self._worker is None and not self._queue:
-                state = await self._caught_up(state)
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
             if known is None or known.status in TURN_STATUSES_UNFINISHED:
@@ -186,10 +190,7 @@ class AgentSession:
                 if state.status == "suspended" and not _park_is_ending(state):
                     raise self._suspended_error(state)
             if not self._has_swept:
-                # an unfinished turn this process has not picked up yet runs first
-                for record in sorted(state.turns.values(), key=lambda t: t.seq):
-                    self._enqueue_unfinished(record)
-                self._has_swept = True
+                self._sweep(state)  # an unfinished turn not picked up yet runs first
             plan = _CancelPlan()
             if replace:
                 plan = self._plan_cancel(state, _unfinished(state), "replaced")
@@ -237,7 +238,7 @@ class AgentSession:
             UnknownTurnError: The session has no such turn.
         """
         self._runtime.check_open()
-        async with self._admit_lock:
+        async with self._writing():
             state = await self._loaded()
             record = state.turns.get(turn_id)
             if record is None:
@@ -265,7 +266,7 @@ class AgentSession:
             The archived address (``<session>#g<n>``) and the new generation.
         """
         self._runtime.check_open()
-        async with self._admit_lock:
+        async with self._writing():
             state = await self._reread()
             self._refuse_if_halted()
             # a reset asked while another is pending extends it over the turns since
@@ -414,6 +415,7 @@ class AgentSession:
         Raises:
             StoreError: The write failed and nothing of it landed.
         """
+        commit = dataclasses.replace(commit, holder=self._lease.token)
         writing = asyncio.ensure_future(self._runtime.store.commit(self.key, commit))
         caller_left = False
         while not writing.done():
@@ -426,17 +428,63 @@ class AgentSession:
         writing.result()  # the store's error, if the write failed
         return caller_left
 
-    async def _caught_up(self, state: StoredSession) -> StoredSession:
-        """The session as the store has it, when another process admitted a turn meanwhile.
+    @asynccontextmanager
+    async def _writing(self, *, wait: bool = True) -> AsyncIterator[bool]:
+        """Admit one write here: this session's lock, then its lease in the store.
 
-        Asked only while nothing runs here: a copy that missed a turn written by
-        another process (``run-schedule`` beside the server) would admit the next
-        one over it.
+        Yields:
+            Whether the lease is held; only ever False when ``wait`` is False and
+            another live process holds it.
         """
-        held = max((t.seq for t in state.turns.values()), default=0)
-        if await self._runtime.store.latest_turn(self.key) != held:
-            return await self._reread()
-        return state
+        async with self._admit_lock:
+            held = await self._hold(wait=wait)
+            try:
+                yield held
+            except LeaseLostError:
+                self._lease.forget()  # taken meanwhile: ask again, and reread, next time
+                raise
+            finally:
+                if held and self._worker is None and self._lease.is_held:
+                    await drop_quietly(self._lease)
+
+    async def _hold(self, *, wait: bool = True) -> bool:
+        """Take the session's lease; read the session again if another process had it."""
+        changed = await self._lease.take(wait=wait)
+        if changed is None:
+            return False
+        if changed:
+            if self._worker is not None:
+                # our run lost the lease while it ran: it stops at its next commit
+                self._lease.forget()
+                raise LeaseLostError(
+                    f"{self.key} was taken on by another process meanwhile; try again"
+                )
+            self._forget()
+        return True
+
+    def _forget(self) -> None:
+        """Drop what this process holds of the session: another process wrote it since."""
+        self._state = None
+        self._queue.clear()
+        self._has_swept = False
+
+    def _sweep(self, state: StoredSession) -> None:
+        """Queue every unfinished turn this process has not picked up, oldest first."""
+        for record in sorted(state.turns.values(), key=lambda t: t.seq):
+            self._enqueue_unfinished(record)
+        self._has_swept = True
+
+    def _settle_waiters(self, state: StoredSession) -> None:
+        """Answer those waiting on turns that ended in another process."""
+        for turn_id in list(self._waiters):
+            record = state.turns.get(turn_id)
+            if record is None or record.result is None:
+                continue
+            if record.status in TURN_STATUSES_UNFINISHED or turn_id in state.cancels:
+                continue
+            for waiter in self._waiters.pop(turn_id):
+                if not waiter.done():
+                    waiter.set_result(record.result)
 
     async def _reread(self) -> StoredSession:
         """Read the session again when nothing here runs (another process may have moved it)."""
@@ -505,7 +553,7 @@ class AgentSession:
             InvalidAnswerError: ``value`` does not match the request's schema.
         """
         self._runtime.check_open()
-        async with self._admit_lock:
+        async with self._writing():
             state = await self._loaded()
             if state.reset_through is not None:
                 raise ResumeConflictError(
@@ -529,7 +577,7 @@ class AgentSession:
 
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
-        async with self._admit_lock:
+        async with self._writing():
             state = await self._loaded()
             parked = _parked_in(state)
             if (
@@ -656,7 +704,9 @@ class AgentSession:
 
     async def end_cancelled_park(self) -> None:
         """End a park whose cancel was stored while it was being written (start-up)."""
-        async with self._admit_lock:
+        async with self._writing(wait=False) as held:
+            if not held:
+                return  # another live process writes it; it ends the park when it runs
             state = await self._loaded()
             parked = _parked_in(state)
             if parked is None or parked.turn_id == self._active:
@@ -783,6 +833,7 @@ class AgentSession:
     async def _drain(self) -> None:
         try:
             while self._halted is None:
+                await self._hold_for_worker()
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
@@ -796,6 +847,18 @@ class AgentSession:
                     self._active = None
         finally:
             self._worker = None
+            if not self._admit_lock.locked() and not self._runtime.is_closed:
+                await drop_quietly(self._lease)  # closing: the runtime lets it go
+
+    async def _hold_for_worker(self) -> None:
+        """Hold the lease before each turn; pick the session up again if it moved meanwhile."""
+        if self._lease.is_held:
+            return
+        if await self._lease.take():
+            self._forget()
+            state = await self._loaded()
+            self._sweep(state)
+            self._settle_waiters(state)
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""
@@ -809,9 +872,12 @@ class AgentSession:
         state = self._state
         assert state is not None
         archived = state.generation
-        commit = Commit(archive=True)
+        commit = Commit(archive=True, holder=self._lease.token)
         try:
             await self._runtime.store.commit(self.key, commit)
+        except LeaseLostError:
+            self._stand_down("(reset)")
+            return
         except Exception as exc:
             self._halt("(reset)", exc)
             return
@@ -828,8 +894,9 @@ class AgentSession:
 
     async def _run(self, turn_id: str) -> None:
         state = await self._loaded()
-        record = state.turns[turn_id]
-        if record.status not in TURN_STATUSES_UNFINISHED:
+        record = state.turns.get(turn_id)
+        if record is None or record.status not in TURN_STATUSES_UNFINISHED:
+            self._settle_waiters(state)
             return
         run = TurnRun(
             agent=self._agent,
@@ -839,10 +906,14 @@ class AgentSession:
             record=record,
             emit=self._emit,
             clock=self._runtime.clock,
+            holder=self._lease.token,
         )
         self._running = run
         try:
             result = await run.run()
+        except LeaseLostError:
+            self._stand_down(turn_id)
+            return
         except Exception as exc:
             self._halt(turn_id, exc)
             return
@@ -853,6 +924,15 @@ class AgentSession:
         for waiter in self._waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
+
+    def _stand_down(self, turn_id: str) -> None:
+        """Stop writing, when another process took the session on while a turn ran here.
+
+        Nothing of the refused write landed. The worker waits for the lease, reads
+        the session again, and goes on with whatever is still unfinished then.
+        """
+        logger.warning("%s: another process took the session on during %s", self.key, turn_id)
+        self._lease.forget()
 
     def _halt(self, turn_id: str, exc: Exception) -> None:
         """Stop running turns here until the next start, after the store failed under one.
@@ -878,6 +958,11 @@ class AgentSession:
             seq=0,
             error=f"internal error: {self._halted}",
         )
+
+    async def let_go(self) -> None:
+        """Give up the session's lease as the runtime closes."""
+        await drop_quietly(self._lease)
+        self._lease.forget()
 
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""

@@ -59,6 +59,9 @@ def fire_schedule(settings: Settings, name: str) -> int:
         return 2
     from bot.slack.serve import ScheduleFailed, run_schedule
 
+    # the engine's notes show (what it waits for: another process in the schedule's session)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("agent").setLevel(logging.INFO)
     try:
         print(asyncio.run(run_schedule(settings, name)))
     except ConfigError as exc:

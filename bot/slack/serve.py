@@ -211,7 +211,7 @@ def _outcome(name: str, channel: str, record: TurnRecord) -> str:
     """What a firing by hand came to, in a line; a turn that did not answer raises."""
     result = record.result
     if isinstance(result, Completed):
-        return f"Schedule {name}: posted its reply in {channel} (turn {record.turn_id})."
+        return f"Schedule {name}: its reply is in {channel} (turn {record.turn_id})."
     if isinstance(result, Suspended):
         return f"Schedule {name}: waiting in {channel} for an approval (turn {record.turn_id})."
     if isinstance(result, Failed):

@@ -29,7 +29,7 @@ from agent.errors import (
     TurnSuspendedError,
 )
 from agent.hitl import EXPIRED, AnswerCheck, InboundEvent, UserAnswerer, grant_answer
-from agent.ports import SessionKey
+from agent.ports import Commit, SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 
 SPEAKER = InboundEvent(source="slack", user="U1", attested=True, data={"channel": "C1"})
@@ -655,14 +655,21 @@ async def test_a_resume_cancelled_by_its_caller_still_runs_the_answered_turn(sql
     ledger = Ledger()
     runtime = await runtime_with(sqlite_store, ledger)
     session, turn_id = await park(runtime)
-    busy = asyncio.ensure_future(sqlite_store._run(lambda conn: time.sleep(0.2)))
-    await asyncio.sleep(0.01)
+    commit = sqlite_store.commit
+    writing = asyncio.Event()
+
+    async def slow_commit(key: SessionKey, change: Commit) -> None:
+        writing.set()
+        await asyncio.sleep(0.2)  # the click's caller leaves while its answer is written
+        await commit(key, change)
+
+    sqlite_store.commit = slow_commit
     click = asyncio.ensure_future(session.resume(turn_id, "approve", True, by="U1"))
-    await asyncio.sleep(0.05)
+    await writing.wait()
     click.cancel()
     with pytest.raises(asyncio.CancelledError):
         await click
-    await busy
+    sqlite_store.commit = commit
     assert (await next_ending(session, turn_id)).text == "done: {'posted': True}"
     await runtime.close()
 

@@ -6,7 +6,15 @@ import sqlite3
 
 import pytest
 
-from agent import ConfigError, MemoryStore, SQLiteStore, StoreError, TurnInput, UserMessage
+from agent import (
+    ConfigError,
+    LeaseLostError,
+    MemoryStore,
+    SQLiteStore,
+    StoreError,
+    TurnInput,
+    UserMessage,
+)
 from agent._sqlite_store import MIGRATIONS
 from agent.ports import Commit, SessionKey, StoredMessage, StoredStep
 from agent.store import database_path, open_store
@@ -114,14 +122,45 @@ async def test_has_session_is_true_once_a_turn_was_admitted(store):
     assert not await store.has_session(SessionKey("other agent", KEY.session_id))
 
 
-async def test_latest_turn_is_the_highest_sequence_number(store):
-    assert await store.latest_turn(KEY) == 0
-    for seq in (1, 2):
-        record = TurnRecord(turn_id=f"t{seq}", seq=seq, status="queued", input=TurnInput(text="x"))
-        await store.commit(KEY, Commit(turns=(record,)))
+async def test_a_lease_goes_to_one_holder_until_it_runs_out_or_is_let_go(store):
+    first = await store.take_lease(KEY, "a#1", now=100.0, until=130.0)
+    assert (first.granted, first.previous) == (True, None)
 
-    assert await store.latest_turn(KEY) == 2
-    assert await store.latest_turn(SessionKey("a", "other")) == 0
+    refused = await store.take_lease(KEY, "b#1", now=110.0, until=140.0)
+    assert (refused.granted, refused.holder) == (False, "a#1")
+    renewed = await store.take_lease(KEY, "a#1", now=120.0, until=150.0)
+    assert (renewed.granted, renewed.previous) == (True, "a#1")
+    assert not (await store.take_lease(KEY, "b#1", now=140.0, until=170.0)).granted
+
+    after_it_ran_out = await store.take_lease(KEY, "b#1", now=151.0, until=181.0)
+    assert (after_it_ran_out.granted, after_it_ran_out.previous) == (True, "a#1")
+    await store.drop_lease(KEY, "a#1")  # no longer a's: nothing happens
+    assert not (await store.take_lease(KEY, "a#2", now=152.0, until=182.0)).granted
+    await store.drop_lease(KEY, "b#1")
+    assert (await store.take_lease(KEY, "a#2", now=153.0, until=183.0)).granted
+    over_a_dead_one = await store.take_lease(KEY, "c#1", now=154.0, until=184.0, over="a#2")
+    assert (over_a_dead_one.granted, over_a_dead_one.previous) == (True, "a#2")
+    other = await store.take_lease(SessionKey("a", "other"), "a#2", now=155.0, until=185.0)
+    assert other.granted
+
+
+async def test_a_commit_under_a_lease_someone_else_took_writes_nothing(store):
+    await store.take_lease(KEY, "a#1", now=100.0, until=130.0)
+    opening = TurnRecord(turn_id="t1", seq=1, status="queued", input=TurnInput(text="x"))
+    await store.commit(KEY, Commit(turns=(opening,), holder="a#1"))
+    await store.take_lease(KEY, "b#1", now=200.0, until=230.0)
+
+    late = TurnRecord(turn_id="t2", seq=2, status="queued", input=TurnInput(text="y"))
+    with pytest.raises(LeaseLostError, match="another process took this session on"):
+        await store.commit(KEY, Commit(turns=(late,), holder="a#1"))
+    with pytest.raises(LeaseLostError):
+        await store.commit_with(
+            KEY, lambda handle: None, lambda _: Commit(turns=(late,), holder="a#1")
+        )
+
+    assert list((await store.load(KEY)).turns) == ["t1"]
+    await store.commit(KEY, Commit(turns=(late,), holder="b#1"))
+    assert list((await store.load(KEY)).turns) == ["t1", "t2"]
 
 
 async def test_delivery_states_are_kept_per_turn_replaced_and_forgotten(store):

@@ -21,7 +21,7 @@ from bot.slack.firing import fire
 from tests.bot.slack_harness import WAIT, Bot
 from tests.bot.test_schedules import DAILY as CONFIG
 from tests.bot.test_slack_process import bot_process, free_port
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack
 
 
@@ -72,13 +72,53 @@ async def test_run_schedule_posts_the_reply_once_even_when_run_twice_in_a_minute
         again, said_again = await command(slack, tmp_path, "run-schedule", "daily", env=claude)
 
     assert (code, again) == (0, 0), said + said_again
-    assert "Schedule daily: posted its reply in C0GENERAL" in said
+    assert "Schedule daily: its reply is in C0GENERAL" in said
     assert top_level(slack) == ["Today: the deploy moved to Friday."]
     [request] = api.requests  # the second run replayed the same firing
     [opening] = request["messages"]
     assert opening["role"] == "user"  # the seed reads as a user message
     assert "Summarize today's activity in this channel." in str(opening["content"])
     assert "daily schedule's firing of" in str(opening["content"])
+
+
+async def test_two_processes_firing_the_same_schedule_at_once_run_and_post_it_once(
+    slack: FakeSlack, tmp_path: Path
+):
+    (tmp_path / "bot.toml").write_text(CONFIG)
+    release = asyncio.Event()
+    async with FakeAnthropic() as api:
+        answer = Reply.text("Today: the deploy moved to Friday.")
+        api.queue(Hang(answer, after_events=3, release=release))
+        claude: dict[str, str | None] = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "BOT_CONFIG": str(tmp_path / "bot.toml"),
+        }
+        firing = ("run-schedule", "daily")
+        first = await bot_process(
+            slack, tmp_path, free_port(), *firing, stderr=asyncio.subprocess.STDOUT, **claude
+        )
+        await asyncio.wait_for(api.hung.wait(), WAIT)  # the first is answering
+        second = await bot_process(
+            slack, tmp_path, free_port(), *firing, stderr=asyncio.subprocess.STDOUT, **claude
+        )
+        assert second.stdout is not None
+        waited = b""
+        while b"is busy in another process" not in waited:  # it says what it waits for
+            line = await asyncio.wait_for(second.stdout.readline(), WAIT * 3)
+            assert line, waited
+            waited += line
+        release.set()
+        outputs = await asyncio.gather(first.communicate(), second.communicate())
+
+    first_said = outputs[0][0].decode()
+    second_said = waited.decode() + outputs[1][0].decode()
+    assert (first.returncode, second.returncode) == (0, 0), first_said + second_said
+    for said in (first_said, second_said):
+        assert "Schedule daily: its reply is in C0GENERAL" in said
+        assert "Traceback" not in said
+    assert top_level(slack) == ["Today: the deploy moved to Friday."]
+    assert len(api.requests) == 1  # the second waited for the first, then found it done
 
 
 async def test_run_schedule_fails_clearly_for_an_unknown_name_and_a_refused_post(
