@@ -69,7 +69,7 @@ from agent.messages import (
 )
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
 from agent.ports import EventSink, Model, SessionKey, SessionStore, StoreHandle
-from agent.proactive import Channel, Trigger, receive
+from agent.proactive import Channel, ChecksTargets, Trigger, receive
 from agent.runtime import AgentRuntime
 from agent.session import AgentSession
 from agent.store import open_store
@@ -108,6 +108,7 @@ __all__ = [
     "AuthorizeAnswerError",
     "Cancelled",
     "Channel",
+    "ChecksTargets",
     "Completed",
     "ConfigError",
     "ConflictError",

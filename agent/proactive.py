@@ -10,7 +10,7 @@ uses, at a target the channel understands (a Slack channel id, say).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from agent.errors import ConfigError
 from agent.messages import JsonValue
@@ -19,7 +19,7 @@ from agent.turns import TurnInput
 if TYPE_CHECKING:
     from agent.runtime import AgentRuntime
 
-__all__ = ["Channel", "Trigger", "receive"]
+__all__ = ["Channel", "ChecksTargets", "Trigger", "receive"]
 
 
 class Channel(Protocol):
@@ -36,6 +36,15 @@ class Channel(Protocol):
         It must keep what it needs to finish the showing after a restart: the
         turn itself is durable, and so must be where it is being shown.
         """
+        ...
+
+
+@runtime_checkable
+class ChecksTargets(Protocol):
+    """A channel that can tell a target it cannot show to, before any turn starts."""
+
+    def check_target(self, target: JsonValue) -> object:
+        """Raise `ValueError`, saying why, if this channel cannot show turns at ``target``."""
         ...
 
 
@@ -78,6 +87,8 @@ async def receive(
 
     Raises:
         ConfigError: The channel cannot deliver, or the runtime has no such agent.
+        ValueError: The channel says it cannot show turns at ``target`` (see
+            `ChecksTargets`); nothing was started.
         RuntimeClosedError: The runtime is closed: nothing would run the turn.
     """
     deliver = getattr(channel, "deliver", None)
@@ -87,6 +98,8 @@ async def receive(
     if not isinstance(agent, str):
         raise ConfigError(f"{type(channel).__name__} names no agent to run the turn")
     ctx.agent(agent)  # raises ConfigError when the runtime does not host it
+    if isinstance(channel, ChecksTargets):
+        channel.check_target(target)  # a turn that could never be shown is not started
     opening = TurnInput(text=seed, trigger=trigger.kind, by=trigger.by, target=target)
     started = await ctx.session(agent, session).start(opening, turn_id=turn_id)
     await deliver(session, started, target)

@@ -227,6 +227,7 @@ def next_firing(schedule: Schedule, now: datetime) -> datetime | None:
 
 
 Fire = Callable[[Firing], Awaitable[None]]
+HasRun = Callable[[Firing], Awaitable[bool]]
 
 
 class ScheduleRunner:
@@ -235,6 +236,8 @@ class ScheduleRunner:
     Args:
         schedules: What to fire.
         fire: Starts and delivers one firing; it must be idempotent by turn id.
+        has_run: Whether a firing's turn exists already, so a start-up neither runs
+            it again nor calls it missed.
         grace: How late a firing may still run.
         clock: The current time (aware); tests set it.
     """
@@ -244,11 +247,13 @@ class ScheduleRunner:
         schedules: Sequence[Schedule],
         fire: Fire,
         *,
+        has_run: HasRun,
         grace: timedelta = MISFIRE_GRACE,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._schedules = tuple(schedules)
         self._fire = fire
+        self._has_run = has_run
         self._grace = grace
         self._clock = clock
         self._scheduler = AsyncIOScheduler(timezone=UTC)
@@ -280,25 +285,26 @@ class ScheduleRunner:
     async def catch_up(self) -> int:
         """Run each firing that fell due while the bot was down, if it is within the grace.
 
-        A firing already run (by this process before a restart, or another one)
-        replays its turn and posts nothing new.
+        A firing that ran already (before a restart, or in another process) is
+        left alone; one that never ran and is older than the grace (looking a day
+        back) is logged as skipped.
 
         Returns:
             How many firings it ran.
         """
         now, ran = self._clock(), 0
         for schedule in self._schedules:
-            firing = due_firing(schedule, now, self._grace)
-            if firing is not None:
-                await self._run_logged(firing)
-                ran += 1
+            latest = due_firing(schedule, now, timedelta(days=1))
+            if latest is None or await self._has_run(latest):
                 continue
-            missed = due_firing(schedule, now, timedelta(days=1))
-            if missed is not None:
+            if now - latest.at <= self._grace:
+                await self._run_logged(latest)
+                ran += 1
+            else:
                 logger.warning(
                     "schedule %s: the firing of %s was missed by more than %s; skipped",
                     schedule.name,
-                    _shown(missed.at, ZoneInfo(schedule.timezone)),
+                    _shown(latest.at, ZoneInfo(schedule.timezone)),
                     self._grace,
                 )
         return ran

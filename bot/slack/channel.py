@@ -479,19 +479,33 @@ class SlackChannel:
 
         Raises:
             ValueError: ``target`` names no channel.
-            SlackApiError: Slack refused what the turn had to show.
+            SlackApiError: Slack refused what the turn had to show. It is not tried
+                again at the next start (that could post it days late): the caller
+                hears why now.
         """
-        channel = target.get("channel") if isinstance(target, dict) else None
-        if not isinstance(channel, str) or not channel:
-            raise ValueError(f"a Slack target names a channel, as {{'channel': 'C…'}}: {target!r}")
-        thread = _Thread(channel, None, session_id)
+        thread = _Thread(self.check_target(target), None, session_id)
         if not await self._claim(thread, turn_id):
             return  # shown already, or being shown (by another process, or a restart)
         self._watch(turn_id)
         try:
             await self._show(thread, turn_id, since=0, taking_up=False)
+        except SlackApiError as exc:
+            key = SessionKey(self.agent, session_id)
+            await self._keep(key, turn_id, {"done": True, "refused": str(_error(exc))})
+            raise
         finally:
             self._unwatch(turn_id)
+
+    def check_target(self, target: JsonValue) -> str:
+        """The channel id ``target`` names (``{"channel": "C…"}``), checked before a turn starts.
+
+        Raises:
+            ValueError: ``target`` names no channel.
+        """
+        channel = target.get("channel") if isinstance(target, dict) else None
+        if not isinstance(channel, str) or not channel:
+            raise ValueError(f"a Slack target names a channel, as {{'channel': 'C…'}}: {target!r}")
+        return channel
 
     async def _claim(self, thread: _Thread, turn_id: str) -> bool:
         """Take on showing a proactive turn; False if someone (or something) already has."""

@@ -6,7 +6,7 @@ from agent import AgentRuntime, Trigger, receive
 from bot.schedules import Firing
 from bot.slack.channel import SlackChannel
 
-__all__ = ["fire"]
+__all__ = ["fire", "has_fired"]
 
 
 async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: Firing) -> str:
@@ -21,3 +21,11 @@ async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: 
         session=schedule.session(team),
         turn_id=firing.turn_id,
     )
+
+
+async def has_fired(
+    channel: SlackChannel, runtime: AgentRuntime, team: str, firing: Firing
+) -> bool:
+    """Whether ``firing``'s turn exists already (here, before a restart, or in another process)."""
+    session = runtime.session(channel.agent, firing.schedule.session(team))
+    return any(t.turn_id == firing.turn_id for t in await session.turns())

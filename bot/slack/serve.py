@@ -40,7 +40,7 @@ from bot.agents import build_agent
 from bot.config import Settings
 from bot.schedules import Firing, ScheduleRunner, firing_now, load_bot_config
 from bot.slack.channel import SlackChannel
-from bot.slack.firing import fire
+from bot.slack.firing import fire, has_fired
 from bot.slack.server import bolt_app, web_app
 from bot.slack.tools import slack_tools
 
@@ -158,7 +158,10 @@ async def _serve(
         async def fire_firing(firing: Firing) -> None:
             await fire(channel, runtime, me.team_id, firing)
 
-        schedules = ScheduleRunner(config.schedules, fire_firing)
+        async def has_fired_firing(firing: Firing) -> bool:
+            return await has_fired(channel, runtime, me.team_id, firing)
+
+        schedules = ScheduleRunner(config.schedules, fire_firing, has_run=has_fired_firing)
         try:
             await channel.resume_replies()  # first: a resumed turn may end at once
             resumed = await runtime.start()

@@ -65,7 +65,7 @@ def test_public_names_are_pinned():
             "AnswerCheck", "Grant",
             "InboundEvent", "InputRequest", "InputRequired", "PolicyAnswerer", "UserAnswerer",
             "grant_answer",
-            "Channel", "Trigger", "receive",
+            "Channel", "ChecksTargets", "Trigger", "receive",
         ]
     )  # fmt: skip
     for name in agent.__all__:

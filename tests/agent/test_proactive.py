@@ -111,6 +111,14 @@ async def test_a_channel_that_cannot_deliver_is_refused_before_anything_starts(s
 
         with pytest.raises(ConfigError, match="nobody"):
             await summon(Stranger(runtime), runtime)
+
+        class OnlyOps(Notebook):
+            def check_target(self, target: JsonValue) -> None:
+                if target != "C0OPS":
+                    raise ValueError(f"no page for {target!r}")
+
+        with pytest.raises(ValueError, match="no page for 'C0NOWHERE'"):
+            await summon(OnlyOps(runtime), runtime, target="C0NOWHERE")
         assert await runtime.session("a", "ops:daily").turns() == []
     assert asked == []
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from slack_sdk.errors import SlackApiError
+
 from agent import Trigger, TurnInput, receive
 from tests.bot.slack_harness import WAIT, Bot
 
@@ -46,6 +49,43 @@ async def test_a_firing_delivered_twice_is_one_turn_and_one_message(bot: Bot):
 
     assert top_level(bot) == ["you said: good morning, team"]
     assert len(bot.model.requests) == 1
+
+
+async def test_a_target_naming_no_channel_starts_nothing(bot: Bot):
+    for target in ({"chan": "C0GENERAL"}, "C0GENERAL", {"channel": ""}):
+        with pytest.raises(ValueError, match="a Slack target names a channel"):
+            await receive(
+                bot.channel,
+                bot.runtime,
+                seed="hello",
+                target=target,
+                trigger=Trigger(by="schedule:daily"),
+                session=SESSION,
+            )
+    assert await bot.runtime.session("bot", SESSION).turns() == []
+
+
+async def test_a_delivery_slack_refused_is_not_tried_again_at_the_next_start(bot: Bot):
+    gone = "slack:T0TEAM:C0GONE:schedule:daily"
+    with pytest.raises(SlackApiError, match="channel_not_found"):
+        await receive(
+            bot.channel,
+            bot.runtime,
+            seed="good morning, team",
+            target={"channel": "C0GONE"},
+            trigger=Trigger(by="schedule:daily"),
+            session=gone,
+            turn_id="schedule:daily:2026-12-01T09:00",
+        )
+    tried = len(bot.slack.calls)
+
+    # a restart must not post it then, days late maybe, nor fail on it at every start
+    assert await bot.channel.resume_replies() == 0
+    await asyncio.sleep(0.2)  # time for a post, were one spawned
+    assert len(bot.slack.calls) == tried
+    # the turn itself runs to its end; only its showing was refused
+    ended = await bot.runtime.session("bot", gone).result("schedule:daily:2026-12-01T09:00")
+    assert ended.status == "completed"
 
 
 async def test_a_proactive_request_is_answered_and_its_turn_goes_on_in_the_thread(bot: Bot):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bot.schedules import Firing, Schedule, ScheduleRunner
-from bot.slack.firing import fire
+from bot.slack.firing import fire, has_fired
 from tests.bot.slack_harness import WAIT, Bot
 from tests.bot.test_schedules import DAILY as CONFIG
 from tests.bot.test_slack_process import bot_process, free_port
@@ -168,11 +168,19 @@ def daily(channel: str) -> Schedule:
     )
 
 
+async def never_ran(firing: Firing) -> bool:
+    return False
+
+
 def runner_for(bot: Bot, now: datetime) -> ScheduleRunner:
     async def fire_firing(firing: Firing) -> None:
         await fire(bot.channel, bot.runtime, bot.slack.team_id, firing)
 
-    return ScheduleRunner([daily(bot.slack.channel_id)], fire_firing, clock=lambda: now)
+    async def has_run(firing: Firing) -> bool:
+        return await has_fired(bot.channel, bot.runtime, bot.slack.team_id, firing)
+
+    schedules = [daily(bot.slack.channel_id)]
+    return ScheduleRunner(schedules, fire_firing, has_run=has_run, clock=lambda: now)
 
 
 async def test_a_schedule_fires_on_time_and_two_schedulers_post_once(bot: Bot):
@@ -203,15 +211,22 @@ async def test_a_schedule_fires_on_time_and_two_schedulers_post_once(bot: Bot):
 async def test_a_missed_firing_runs_once_within_the_grace_and_is_skipped_after_it(
     bot: Bot, caplog: pytest.LogCaptureFixture
 ):
-    late = runner_for(bot, DUE + timedelta(minutes=4))  # a restart four minutes late
-
-    assert await late.catch_up() == 1
-    assert await runner_for(bot, DUE + timedelta(minutes=4, seconds=30)).catch_up() == 1
-
-    assert len(top_level(bot.slack)) == 1  # the second catch-up replayed the same firing
     with caplog.at_level(logging.WARNING, logger="bot.schedules"):
+        assert await runner_for(bot, DUE + timedelta(hours=2)).catch_up() == 0  # two hours late
+    assert (
+        "schedule daily: the firing of 2026-12-01 09:00 CET was missed by more than 0:05:00;"
+        " skipped" in caplog.text
+    )
+    assert top_level(bot.slack) == []
+    caplog.clear()
+
+    assert await runner_for(bot, DUE + timedelta(minutes=4)).catch_up() == 1  # four minutes late
+    assert len(top_level(bot.slack)) == 1
+    with caplog.at_level(logging.WARNING, logger="bot.schedules"):
+        # restarts soon after and hours later: it ran, so there is nothing to run or to report
+        assert await runner_for(bot, DUE + timedelta(minutes=4, seconds=30)).catch_up() == 0
         assert await runner_for(bot, DUE + timedelta(hours=2)).catch_up() == 0
-    assert "missed by more than 0:05:00; skipped" in caplog.text
+    assert "missed" not in caplog.text
     assert len(top_level(bot.slack)) == 1
 
 
@@ -251,7 +266,9 @@ async def test_a_firing_still_running_holds_the_next_one_back(
         running.set()
         await release.wait()
 
-    runner = ScheduleRunner([daily(bot.slack.channel_id)], slow, clock=lambda: DUE)
+    runner = ScheduleRunner(
+        [daily(bot.slack.channel_id)], slow, has_run=never_ran, clock=lambda: DUE
+    )
     runner.start()
     try:
         runner.fire_soon("daily", datetime.now(UTC) + timedelta(seconds=0.1))
