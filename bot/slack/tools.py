@@ -131,24 +131,34 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
         await _open_to_all(client, found, ctx, names)
         oldest = _epoch(since) if since else None
         messages: list[dict[str, Any]] = []
+        stopped: str | None = None
         while True:
             try:
                 answer = await client.conversations_history(
                     channel=found, limit=PAGE, cursor=cursor or None, oldest=oldest
                 )
             except SlackApiError as exc:
-                raise ToolError(f"cannot read {channel}: {exc.response.get('error')}") from None
+                error = exc.response.get("error")
+                if error == "ratelimited" and messages:
+                    # what was read is worth a summary; Slack may allow one read a minute
+                    stopped = (
+                        f"Slack's rate limit stopped the read after the newest {len(messages)}"
+                        " messages; next_cursor reads the older ones, later"
+                    )
+                    break
+                raise ToolError(f"cannot read {channel}: {error}") from None
             messages += answer["messages"]
             cursor = (answer.get("response_metadata") or {}).get("next_cursor") or None
             if oldest is None or cursor is None or len(messages) >= MAX_PERIOD_READ:
                 break
         if oldest is not None:
             messages.reverse()  # a period reads best in the order it happened
-        return {
+        read: dict[str, Any] = {
             "channel": await names.channel(found),
             "messages": await shown(messages, found),
             "next_cursor": cursor,
         }
+        return read | ({"stopped": stopped} if stopped else {})
 
     @tool
     async def post_message(channel: str, text: str, ctx: ToolContext) -> dict[str, Any]:

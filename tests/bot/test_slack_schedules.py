@@ -256,6 +256,31 @@ async def test_a_summary_reads_the_channel_since_the_last_firing_with_links(bot:
     assert later.replace(".", "") in read
 
 
+async def test_a_summary_slack_stops_reading_midway_keeps_what_it_read(bot: Bot):
+    slack = bot.slack
+    start = slack.post_user_message(slack.channel_id, "the day starts")
+    for n in range(60):
+        slack.post_user_message(slack.channel_id, f"note {n:02}")
+    # a page read, then the limit of an app Slack allows one read a minute, retries and all
+    slack.fail_next(
+        "conversations.history", "ratelimited", status=429, retry_after=0, times=4, after=1
+    )
+    firing = Firing(
+        daily(slack.channel_id),
+        datetime(2026, 12, 1, 8, tzinfo=UTC),
+        datetime.fromtimestamp(float(start), UTC),
+    )
+
+    await fire(bot.channel, bot.runtime, slack.team_id, firing)
+
+    said = "".join(m.text for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id)
+    assert "Slack's rate limit stopped the read after the newest 50 messages" in said
+    assert "'note 59'" in said  # the newest page, kept
+    assert "'note 10'" in said
+    assert "'note 09'" not in said  # the older page, which Slack refused
+    assert "next_cursor': None" not in said
+
+
 async def test_a_firing_still_running_holds_the_next_one_back(
     bot: Bot, caplog: pytest.LogCaptureFixture
 ):

@@ -334,7 +334,7 @@ class FakeSlack:
         self._channels: dict[str, _Channel] = {}
         self._stream_started: dict[tuple[str, str], int] = {}
         self._stream_mode: dict[tuple[str, str], str | None] = {}
-        self._faults: dict[str, collections.deque[_Fault]] = collections.defaultdict(
+        self._faults: dict[str, collections.deque[_Fault | None]] = collections.defaultdict(
             collections.deque
         )
         self._disabled: set[str] = set()
@@ -427,14 +427,17 @@ class FakeSlack:
         status: int = 200,
         retry_after: int | None = None,
         times: int = 1,
+        after: int = 0,
     ) -> None:
-        """Answer the next ``times`` calls of ``method`` with ``error``, changing nothing.
+        """Answer ``times`` calls of ``method`` with ``error``, changing nothing.
+
+        They are the next ones, or those that follow the next ``after`` calls.
 
         ``fail_next("chat.update", "ratelimited", status=429, retry_after=1)`` is
         Slack's rate limit: HTTP 429 and ``Retry-After`` in whole seconds, which
         slack_sdk's ``AsyncRateLimitErrorRetryHandler`` parses with ``int()``.
         """
-        self._faults[method].extend([_Fault(error, status, retry_after)] * times)
+        self._faults[method].extend([None] * after + [_Fault(error, status, retry_after)] * times)
 
     def disable(self, *methods: str) -> None:
         """Make ``methods`` answer ``unknown_method``, as on a workspace without them."""
@@ -536,8 +539,8 @@ class FakeSlack:
             raise Refusal("not_authed")
         if token != (self.app_token if method == "apps.connections.open" else self.token):
             raise Refusal("invalid_auth")
-        if self._faults[method]:
-            fault = self._faults[method].popleft()
+        fault = self._faults[method].popleft() if self._faults[method] else None
+        if fault is not None:
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
             raise Refusal(fault.error, status=fault.status, headers=headers)
         self._expire_due()
