@@ -130,6 +130,13 @@ class MemoryStore:
         self._leases[key] = (holder, until)
         return LeaseTaken(granted=True, holder=holder, previous=held[0] if held else None)
 
+    async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
+        held = self._leases.get(key)
+        if held is None or held[0] != holder:
+            return False
+        self._leases[key] = (holder, until)
+        return True
+
     async def drop_lease(self, key: SessionKey, holder: str) -> None:
         held = self._leases.get(key)
         if held is not None and held[0] == holder:

@@ -269,6 +269,17 @@ class SQLiteStore:
     ) -> LeaseTaken:
         return await self._run(_take_lease, self._ids, key, holder, now, until, over)
 
+    async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
+        def renew(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn, self._ids):
+                cursor = conn.execute(
+                    "UPDATE leases SET until = ? WHERE agent = ? AND session_id = ? AND holder = ?",
+                    (until, key.agent, key.session_id, holder),
+                )
+                return cursor.rowcount == 1
+
+        return await self._run(renew)
+
     async def drop_lease(self, key: SessionKey, holder: str) -> None:
         def drop(conn: sqlite3.Connection) -> None:
             with _transaction(conn, self._ids):

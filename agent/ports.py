@@ -210,6 +210,15 @@ class SessionStore(Protocol):
         """
         ...
 
+    async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
+        """Extend the lease to ``until`` only if ``holder`` still holds it: True if so.
+
+        Unlike `take_lease`, it never takes back a lease that ran out and was
+        taken by another meanwhile, even one since let go: the session may have
+        been written since, and the renewer's copy is stale.
+        """
+        ...
+
     async def drop_lease(self, key: SessionKey, holder: str) -> None:
         """Let the session's lease go, if ``holder`` still holds it."""
         ...

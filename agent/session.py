@@ -103,8 +103,13 @@ class AgentSession:
         self._running: TurnRun | None = None
         self._reset_done: asyncio.Future[SessionReset] | None = None
         self._lease = SessionLease(
-            runtime.store, key, runtime.holder, seconds=runtime.lease_seconds
+            runtime.store,
+            key,
+            runtime.holder,
+            seconds=runtime.lease_seconds,
+            closed=lambda: runtime.is_closed,
         )
+        self._catching_up = asyncio.Lock()
 
     async def _loaded(self) -> StoredSession:
         # read once, then kept current by the turns themselves: no step rereads history
@@ -429,44 +434,56 @@ class AgentSession:
         return caller_left
 
     @asynccontextmanager
-    async def _writing(self, *, wait: bool = True) -> AsyncIterator[bool]:
+    async def _writing(self, *, wait: bool = True, take: bool = True) -> AsyncIterator[bool]:
         """Admit one write here: this session's lock, then its lease in the store.
 
+        With ``take`` False (start-up recovery, which only queues) the lease is
+        left to the worker; either way it is let go at the end if nothing runs.
+
         Yields:
-            Whether the lease is held; only ever False when ``wait`` is False and
-            another live process holds it.
+            Whether the lease is held; False when ``wait`` is False and another
+            live process holds it, or ``take`` is False.
         """
         async with self._admit_lock:
-            held = await self._hold(wait=wait)
+            held = await self._hold(wait=wait) if take else False
             try:
                 yield held
             except LeaseLostError:
-                self._lease.forget()  # taken meanwhile: ask again, and reread, next time
+                self._lease.lost()  # our own write was refused: taken meanwhile
                 raise
             finally:
-                if held and self._worker is None and self._lease.is_held:
+                if self._worker is None and self._lease.is_held:
                     await drop_quietly(self._lease)
 
     async def _hold(self, *, wait: bool = True) -> bool:
         """Take the session's lease; read the session again if another process had it."""
-        changed = await self._lease.take(wait=wait)
-        if changed is None:
+        if not await self._lease.take(wait=wait):
             return False
-        if changed:
-            if self._worker is not None:
-                # our run lost the lease while it ran: it stops at its next commit
-                self._lease.forget()
+        if self._lease.stale:
+            if self._active is not None:
+                # our run lost the lease while it ran: it stops at its next commit and
+                # the worker reads the session again; this write would go on a stale copy
                 raise LeaseLostError(
                     f"{self.key} was taken on by another process meanwhile; try again"
                 )
-            self._forget()
+            await self._catch_up()
         return True
 
-    def _forget(self) -> None:
-        """Drop what this process holds of the session: another process wrote it since."""
-        self._state = None
-        self._queue.clear()
-        self._has_swept = False
+    async def _catch_up(self) -> None:
+        """Read the session again after another process wrote it, and pick up where it is.
+
+        Turns queued here are queued again from the store (one behind a park
+        included); those waiting on a turn that ended elsewhere are answered.
+        """
+        async with self._catching_up:
+            if not self._lease.stale:
+                return  # the worker, or an admission, did it meanwhile
+            self._state = None
+            self._queue.clear()
+            state = await self._loaded()
+            self._lease.stale = False
+            self._sweep(state)
+            self._settle_waiters(state)
 
     def _sweep(self, state: StoredSession) -> None:
         """Queue every unfinished turn this process has not picked up, oldest first."""
@@ -480,7 +497,8 @@ class AgentSession:
             record = state.turns.get(turn_id)
             if record is None or record.result is None:
                 continue
-            if record.status in TURN_STATUSES_UNFINISHED or turn_id in state.cancels:
+            ending_park = record.status == "suspended" and turn_id in state.cancels
+            if record.status in TURN_STATUSES_UNFINISHED or ending_park:
                 continue
             for waiter in self._waiters.pop(turn_id):
                 if not waiter.done():
@@ -695,7 +713,7 @@ class AgentSession:
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
-        async with self._admit_lock:
+        async with self._writing(take=False):
             state = await self._loaded()
             record = state.turns.get(turn_id)
             if record is None:
@@ -718,7 +736,7 @@ class AgentSession:
 
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
-        async with self._admit_lock:
+        async with self._writing(take=False):
             state = await self._loaded()
             if state.reset_through is not None:
                 self._start_worker()
@@ -833,7 +851,13 @@ class AgentSession:
     async def _drain(self) -> None:
         try:
             while self._halted is None:
-                await self._hold_for_worker()
+                try:
+                    await self._hold_for_worker()
+                except RuntimeClosedError:
+                    return  # closed while it waited for another process
+                except Exception as exc:
+                    self._halt("(taking the session)", exc)
+                    return
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
@@ -852,13 +876,11 @@ class AgentSession:
 
     async def _hold_for_worker(self) -> None:
         """Hold the lease before each turn; pick the session up again if it moved meanwhile."""
-        if self._lease.is_held:
+        if self._lease.is_held and not self._lease.stale:
             return
-        if await self._lease.take():
-            self._forget()
-            state = await self._loaded()
-            self._sweep(state)
-            self._settle_waiters(state)
+        await self._lease.take()
+        if self._lease.stale:
+            await self._catch_up()
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""
@@ -872,11 +894,12 @@ class AgentSession:
         state = self._state
         assert state is not None
         archived = state.generation
-        commit = Commit(archive=True, holder=self._lease.token)
+        token = self._lease.token
+        commit = Commit(archive=True, holder=token)
         try:
             await self._runtime.store.commit(self.key, commit)
         except LeaseLostError:
-            self._stand_down("(reset)")
+            self._stand_down("(reset)", token)
             return
         except Exception as exc:
             self._halt("(reset)", exc)
@@ -908,11 +931,12 @@ class AgentSession:
             clock=self._runtime.clock,
             holder=self._lease.token,
         )
+        token = self._lease.token
         self._running = run
         try:
             result = await run.run()
         except LeaseLostError:
-            self._stand_down(turn_id)
+            self._stand_down(turn_id, token)
             return
         except Exception as exc:
             self._halt(turn_id, exc)
@@ -925,14 +949,17 @@ class AgentSession:
             if not waiter.done():
                 waiter.set_result(result)
 
-    def _stand_down(self, turn_id: str) -> None:
+    def _stand_down(self, turn_id: str, token: str) -> None:
         """Stop writing, when another process took the session on while a turn ran here.
 
         Nothing of the refused write landed. The worker waits for the lease, reads
         the session again, and goes on with whatever is still unfinished then.
         """
         logger.warning("%s: another process took the session on during %s", self.key, turn_id)
-        self._lease.forget()
+        if self._lease.token == token:
+            self._lease.lost()
+        else:
+            self._lease.stale = True  # taken back here since, under a newer token
 
     def _halt(self, turn_id: str, exc: Exception) -> None:
         """Stop running turns here until the next start, after the store failed under one.

@@ -19,7 +19,7 @@ from agent.ports import SessionKey
 async def main(path: str) -> None:
     store = await SQLiteStore.open(path)
     lease = SessionLease(store, SessionKey("a", "s1"), new_holder(), seconds=600.0)
-    assert await lease.take(wait=False) is not None
+    assert await lease.take(wait=False)
     print("HELD", flush=True)
     await asyncio.sleep(3600)
 

@@ -9,18 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent import Agent, AgentRuntime, Completed, ModelRequest, SQLiteStore, TurnInput
-from agent._lease import SessionLease, new_holder, retire
+from agent import (
+    Agent,
+    AgentRuntime,
+    Cancelled,
+    Completed,
+    LeaseLostError,
+    ModelRequest,
+    RuntimeClosedError,
+    SQLiteStore,
+    Suspended,
+    TurnInput,
+    TurnResult,
+)
+from agent._lease import SessionLease, is_gone, new_holder, retire
 from agent.model import ModelReply
 from agent.ports import SessionKey
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS, ChildProcess, start_children
+from tests.agent.test_hitl import Ledger, gated_post_tool, script, speaker_input
 
 KEY = SessionKey("a", "s1")
 FIRING = TurnInput(text="Summarize the day.", trigger="proactive", by="schedule:daily")
@@ -118,11 +135,188 @@ async def test_a_session_held_by_a_killed_process_is_taken_at_once(tmp_path: Pat
         store = await SQLiteStore.open(db)
         lease = SessionLease(store, KEY, new_holder(), seconds=30.0)
         try:
-            assert await lease.take(wait=False) is None  # a live process holds it
+            assert not await lease.take(wait=False)  # a live process holds it
             child.kill()
             # its ten minutes have not run out: the dead process is seen to be gone
-            assert await lease.take(wait=False) is True
+            assert await lease.take(wait=False)
+            assert lease.stale  # and what it wrote is to be read again
         finally:
             await lease.drop()
             retire(lease.holder)
             await store.close()
+
+
+async def run_and_stall(
+    runtime: AgentRuntime, held: HeldModel, elsewhere: SQLiteStore, caplog: Any
+) -> asyncio.Future[TurnResult]:
+    """Start turn t1 and freeze it past its lease: another holder takes the session, then goes.
+
+    Returns:
+        The turn's result, as this process will see it.
+    """
+    caplog.set_level(logging.WARNING, logger="agent")
+    session = runtime.session("a", "s1")
+    await session.start("hello", turn_id="t1")
+    await held.asked.wait()
+    waiting = asyncio.ensure_future(session.result("t1"))
+    later = time.time() + 3600
+    assert (await elsewhere.take_lease(KEY, "far:1:x#1", now=later, until=later + 60)).granted
+    await eventually_logged(caplog, "a/s1 was taken on by another process")  # its renewal saw
+    await elsewhere.drop_lease(KEY, "far:1:x#1")
+    return waiting
+
+
+async def test_a_process_whose_run_lost_the_session_refuses_new_turns_until_it_caught_up(
+    stores, caplog: pytest.LogCaptureFixture
+):
+    here, elsewhere = stores
+    held_a, held_b = HeldModel("A's reply"), HeldModel("B's reply")
+    a = AgentRuntime(here, Agent(name="a", model=held_a.model), lease_seconds=0.6)
+    b = AgentRuntime(elsewhere, Agent(name="a", model=held_b.model))
+    async with a, b:
+        session = a.session("a", "s1")
+        waiting = await run_and_stall(a, held_a, elsewhere, caplog)
+        await b.session("a", "s1").start("hello", turn_id="t1")  # B picks the turn up
+        await held_b.asked.wait()
+
+        admitting = asyncio.ensure_future(session.start("next", turn_id="t2"))
+        held_b.go.set()  # B finishes t1 and lets the session go; A's start gets it
+        with pytest.raises(LeaseLostError, match="taken on by another process meanwhile"):
+            await admitting
+        held_a.go.set()  # A's run wakes: its write is refused, and A reads what B did
+
+        assert await waiting == Completed(turn_id="t1", text="B's reply")
+        assert (await session.turn("again")).text == "A's reply"
+
+    on_disk = await elsewhere.load(KEY)
+    assert [(m.role, m.text) for m in on_disk.transcript] == [
+        ("user", "hello"),
+        ("assistant", "B's reply"),
+        ("user", "again"),
+        ("assistant", "A's reply"),
+    ]
+
+
+async def test_a_turn_cancelled_in_the_other_process_ends_cancelled_here_too(
+    stores, caplog: pytest.LogCaptureFixture
+):
+    here, elsewhere = stores
+    held = HeldModel("A's reply")
+    a = AgentRuntime(here, Agent(name="a", model=held.model), lease_seconds=0.6)
+    b = AgentRuntime(elsewhere, Agent(name="a", model=ScriptedModel(lambda r: reply("B's"))))
+    async with a, b:
+        waiting = await run_and_stall(a, held, elsewhere, caplog)
+        assert await b.session("a", "s1").cancel("t1")
+        held.go.set()
+
+        assert await waiting == Cancelled(turn_id="t1", reason="requested")
+
+
+async def test_a_replica_starting_beside_a_running_turn_lets_the_session_go_once_it_ended(stores):
+    held = HeldModel("B's reply")
+    idle = ScriptedModel(lambda request: reply("A's reply"))
+    b = AgentRuntime(stores[1], Agent(name="a", model=held.model))
+    a = AgentRuntime(stores[0], Agent(name="a", model=idle), lease_seconds=0.6)
+    async with b:
+        await b.session("a", "s1").start(FIRING, turn_id="firing")
+        await held.asked.wait()
+        async with a:  # its start-up finds the turn unfinished: its worker waits for it
+            # and the same firing comes to it as well, while both wait
+            admitting = asyncio.ensure_future(a.session("a", "s1").start(FIRING, turn_id="firing"))
+            await asyncio.sleep(0.3)
+            held.go.set()
+
+            assert await admitting == "firing"
+            ended = await a.session("a", "s1").result("firing")
+            assert ended == Completed(turn_id="firing", text="B's reply")
+            await asyncio.sleep(0.5)  # A idle for a few of its renewal periods
+            # B has the session back at once: A let it go, and nothing of A's renews it
+            again = b.session("a", "s1").turn("next")
+            assert (await asyncio.wait_for(again, DEADLINE_SECONDS / 3)).text == "B's reply"
+    assert idle.requests == deque()
+
+
+async def test_turns_queued_behind_a_park_run_after_another_process_had_the_session(stores):
+    release = asyncio.Event()
+    agent = Agent(name="a", model=ScriptedModel(script), tools=[gated_post_tool(Ledger(), release)])
+    async with AgentRuntime(stores[0], agent) as a:
+        session = a.session("a", "s1")
+        await session.start(speaker_input(), turn_id="t1")
+        await session.start(speaker_input("and this"), turn_id="t2")  # behind t1
+        release.set()
+        assert isinstance(await session.result("t1"), Suspended)
+        async with AgentRuntime(stores[1], agent):
+            pass  # a replica starts: it takes the session to look, and lets it go
+
+        await session.resume("t1", "approve", True, by="U1")
+
+        assert isinstance(await session.result("t1"), Completed)
+        behind = await asyncio.wait_for(session.result("t2"), DEADLINE_SECONDS / 3)
+        assert isinstance(behind, Suspended)  # it ran, and asks in its turn
+
+
+async def test_a_caller_that_leaves_while_its_take_waits_leaves_no_lease_behind(
+    stores, tmp_path: Path
+):
+    model = ScriptedModel(lambda request: reply("ok"))
+    a = AgentRuntime(stores[0], Agent(name="a", model=model))
+    b = AgentRuntime(stores[1], Agent(name="a", model=model))
+    locked, done = threading.Event(), threading.Event()
+
+    def third_process_writing() -> None:
+        conn = sqlite3.connect(tmp_path / "bot.db", isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        locked.set()
+        done.wait(DEADLINE_SECONDS)
+        conn.execute("COMMIT")
+        conn.close()
+
+    writer = threading.Thread(target=third_process_writing)
+    writer.start()
+    async with a, b:
+        locked.wait(DEADLINE_SECONDS)
+        starting = asyncio.ensure_future(a.session("a", "s1").start("hi"))
+        await asyncio.sleep(0.2)
+        starting.cancel()  # its caller gives up while the take waits for the write lock
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        done.set()
+        await asyncio.to_thread(writer.join)
+        await stores[0]._run(lambda conn: None)  # A's connection did its take by now
+
+        # the take landed after its caller left; it is let go, so B need not wait it out
+        turn = b.session("a", "s1").turn("hello")
+        assert (await asyncio.wait_for(turn, DEADLINE_SECONDS / 3)).text == "ok"
+
+
+async def test_a_write_waiting_for_the_other_process_stops_when_its_runtime_closes(stores):
+    held = HeldModel("B's reply")
+    b = AgentRuntime(stores[1], Agent(name="a", model=held.model))
+    a = AgentRuntime(stores[0], Agent(name="a", model=ScriptedModel(lambda r: reply("A's"))))
+    async with b:
+        await b.session("a", "s1").start("hello", turn_id="t1")
+        await held.asked.wait()
+        await a.start()
+        admitting = asyncio.ensure_future(a.session("a", "s1").start("next", turn_id="t2"))
+        await asyncio.sleep(0.1)
+        await a.close()
+
+        with pytest.raises(RuntimeClosedError):
+            await asyncio.wait_for(admitting, DEADLINE_SECONDS)
+        held.go.set()
+        await b.session("a", "s1").result("t1")
+    assert list((await stores[1].load(KEY)).turns) == ["t1"]  # t2 was never written
+
+
+def test_only_a_process_on_this_machine_and_pid_namespace_is_known_to_be_gone():
+    mine = new_holder()
+    host, pid, _ = mine.split(":")
+    try:
+        assert not is_gone(mine)
+        assert not is_gone(f"{mine}#3")
+        # pid 1 in another container of the same host name: alive or not, it is not ours to tell
+        assert not is_gone(f"{host.split('/')[0]}/1/x:{2**22 + 1}:t#1")
+        assert is_gone(f"{host}:{pid}:a-runtime-of-this-process-that-closed#1")
+    finally:
+        retire(mine)
+    assert is_gone(mine)  # closed here

@@ -144,6 +144,19 @@ async def test_a_lease_goes_to_one_holder_until_it_runs_out_or_is_let_go(store):
     assert other.granted
 
 
+async def test_a_lease_is_renewed_only_by_a_holder_nobody_took_it_from(store):
+    await store.take_lease(KEY, "a#1", now=100.0, until=130.0)
+    assert await store.renew_lease(KEY, "a#1", until=160.0)
+    assert await store.renew_lease(KEY, "a#1", until=400.0)  # late, but nobody took it
+    assert not await store.renew_lease(KEY, "b#1", until=400.0)
+
+    await store.take_lease(KEY, "b#1", now=500.0, until=530.0)
+    await store.drop_lease(KEY, "b#1")
+    # b wrote and went: a's copy is stale, so a renewal must not hand the session back
+    assert not await store.renew_lease(KEY, "a#1", until=560.0)
+    assert not await store.renew_lease(SessionKey("a", "other"), "a#1", until=560.0)
+
+
 async def test_a_commit_under_a_lease_someone_else_took_writes_nothing(store):
     await store.take_lease(KEY, "a#1", now=100.0, until=130.0)
     opening = TurnRecord(turn_id="t1", seq=1, status="queued", input=TurnInput(text="x"))
