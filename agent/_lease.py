@@ -40,6 +40,8 @@ logger = logging.getLogger("agent")
 LEASE_SECONDS = 30.0
 """How long a lease lasts unless renewed; renewed at a third of it while held."""
 
+CLOSED = "this runtime is closed; start a new one to run turns"
+
 WAIT_SECONDS = 0.25
 """How often a process waiting for a session held elsewhere asks again."""
 
@@ -146,7 +148,12 @@ class SessionLease:
             over: str | None = None
             told = False
             while True:
-                taken = await self._take_once(token, over)
+                try:
+                    taken = await self._take_once(token, over)
+                except Exception as exc:
+                    if self._closed():  # its store closed under it, as a shutdown does
+                        raise RuntimeClosedError(CLOSED) from exc
+                    raise
                 if taken.granted:
                     break
                 if taken.holder.partition("#")[0] == self.holder or is_gone(taken.holder):
@@ -164,12 +171,13 @@ class SessionLease:
                     told = True
                 await asyncio.sleep(WAIT_SECONDS)
                 if self._closed():  # a write asked before the close stops waiting for it
-                    raise RuntimeClosedError("this runtime is closed; start a new one to run turns")
+                    raise RuntimeClosedError(CLOSED)
+            if taken.previous != self.token:
+                # another holder had it since our last take, or a take of ours whose
+                # caller left (it may have followed another): read the session again
+                self.stale = True
             self.token = token
             self.is_held = True
-            previous = taken.previous.partition("#")[0] if taken.previous else None
-            if previous != self.holder:
-                self.stale = True
             self._stop_renewing()
             self._renewal = asyncio.create_task(self._renew(token), name=f"lease {self._key}")
             return True
@@ -220,11 +228,15 @@ class SessionLease:
     async def _renew(self, token: str) -> None:
         while True:
             await asyncio.sleep(self._seconds / 3)
+            if self._closed():
+                return  # the runtime lets its leases go as it closes
             try:
                 kept = await self._store.renew_lease(
                     self._key, token, until=time.time() + self._seconds
                 )
             except Exception:
+                if self._closed():
+                    return
                 logger.warning("could not renew the lease of %s; trying again", self._key)
                 continue
             if not kept:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import aiosqlite
 
@@ -176,7 +176,7 @@ class SQLiteStore:
         self.path = path
 
     @classmethod
-    async def open(cls, path: str | Path, *, synchronous: Synchronous = "FULL") -> SQLiteStore:
+    async def open(cls, path: str | Path, *, synchronous: Synchronous = "FULL") -> Self:
         """Open (creating and migrating as needed) the database at ``path``.
 
         Args:
@@ -333,6 +333,7 @@ class SQLiteStore:
             "archived_steps",
             "archived_turns",
             "deliveries",
+            "leases",
         }:
             raise StoreError(f"no table {table!r}")
         return await self._run(lambda conn: conn.execute(f"SELECT * FROM {table}").fetchall())

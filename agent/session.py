@@ -110,6 +110,8 @@ class AgentSession:
             closed=lambda: runtime.is_closed,
         )
         self._catching_up = asyncio.Lock()
+        self._write_token: str | None = None
+        """The lease token the admission in progress took; its writes are fenced by it."""
 
     async def _loaded(self) -> StoredSession:
         # read once, then kept current by the turns themselves: no step rereads history
@@ -214,7 +216,8 @@ class AgentSession:
             else:
                 commit = plan.commit(Commit(turns=(record,)))
             caller_left = await self._commit_cancel(state, plan, commit)
-            self._enqueue(turn_id)
+            with contextlib.suppress(RuntimeClosedError):
+                self._enqueue(turn_id)  # closed meanwhile: admitted, it runs at the next start
             if caller_left:
                 raise asyncio.CancelledError  # admitted all the same: it runs
         return turn_id
@@ -420,7 +423,8 @@ class AgentSession:
         Raises:
             StoreError: The write failed and nothing of it landed.
         """
-        commit = dataclasses.replace(commit, holder=self._lease.token)
+        # the take this write was planned under: a newer one means a reread since
+        commit = dataclasses.replace(commit, holder=self._write_token or self._lease.token)
         writing = asyncio.ensure_future(self._runtime.store.commit(self.key, commit))
         caller_left = False
         while not writing.done():
@@ -445,13 +449,18 @@ class AgentSession:
             live process holds it, or ``take`` is False.
         """
         async with self._admit_lock:
-            held = await self._hold(wait=wait) if take else False
+            self._write_token = None
             try:
+                held = await self._hold(wait=wait) if take else False
+                if held:
+                    self._write_token = self._lease.token
                 yield held
             except LeaseLostError:
-                self._lease.lost()  # our own write was refused: taken meanwhile
+                if self._write_token is not None and self._write_token == self._lease.token:
+                    self._lease.lost()  # our own write was refused: taken meanwhile
                 raise
             finally:
+                self._write_token = None
                 if self._worker is None and self._lease.is_held:
                     await drop_quietly(self._lease)
 
@@ -478,12 +487,23 @@ class AgentSession:
         async with self._catching_up:
             if not self._lease.stale:
                 return  # the worker, or an admission, did it meanwhile
+            before = self._state.generation if self._state is not None else None
             self._state = None
             self._queue.clear()
             state = await self._loaded()
             self._lease.stale = False
             self._sweep(state)
             self._settle_waiters(state)
+            done = self._reset_done
+            reset_elsewhere = before is not None and state.generation > before
+            if done is not None and not done.done() and reset_elsewhere:
+                # the reset asked here was carried out by another process
+                done.set_result(
+                    SessionReset(
+                        previous_session=f"{self.key.session_id}#g{state.generation - 1}",
+                        generation=state.generation,
+                    )
+                )
 
     def _sweep(self, state: StoredSession) -> None:
         """Queue every unfinished turn this process has not picked up, oldest first."""
@@ -495,6 +515,12 @@ class AgentSession:
         """Answer those waiting on turns that ended in another process."""
         for turn_id in list(self._waiters):
             record = state.turns.get(turn_id)
+            if turn_id in state.retired:
+                archived = UnknownTurnError(self._no_turn(state, turn_id))
+                for waiter in self._waiters.pop(turn_id):
+                    if not waiter.done():
+                        waiter.set_exception(archived)
+                continue
             if record is None or record.result is None:
                 continue
             ending_park = record.status == "suspended" and turn_id in state.cancels

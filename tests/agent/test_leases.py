@@ -31,10 +31,11 @@ from agent import (
     Suspended,
     TurnInput,
     TurnResult,
+    UnknownTurnError,
 )
 from agent._lease import SessionLease, is_gone, new_holder, retire
 from agent.model import ModelReply
-from agent.ports import SessionKey
+from agent.ports import Commit, SessionKey, StoredSession
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS, ChildProcess, start_children
 from tests.agent.test_hitl import Ledger, gated_post_tool, script, speaker_input
@@ -197,8 +198,9 @@ async def test_a_process_whose_run_lost_the_session_refuses_new_turns_until_it_c
     ]
 
 
-async def test_a_turn_cancelled_in_the_other_process_ends_cancelled_here_too(
-    stores, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("ending", ["cancel", "reset"])
+async def test_a_turn_the_other_process_ended_while_it_stalled_here_ends_so_here_too(
+    stores, caplog: pytest.LogCaptureFixture, ending: str
 ):
     here, elsewhere = stores
     held = HeldModel("A's reply")
@@ -206,10 +208,17 @@ async def test_a_turn_cancelled_in_the_other_process_ends_cancelled_here_too(
     b = AgentRuntime(elsewhere, Agent(name="a", model=ScriptedModel(lambda r: reply("B's"))))
     async with a, b:
         waiting = await run_and_stall(a, held, elsewhere, caplog)
-        assert await b.session("a", "s1").cancel("t1")
-        held.go.set()
+        if ending == "cancel":
+            assert await b.session("a", "s1").cancel("t1")
+        else:
+            await b.session("a", "s1").reset()
+        held.go.set()  # A's run wakes: its write is refused, and it reads what B did
 
-        assert await waiting == Cancelled(turn_id="t1", reason="requested")
+        if ending == "cancel":
+            assert await waiting == Cancelled(turn_id="t1", reason="requested")
+        else:
+            with pytest.raises(UnknownTurnError, match="turn t1 was archived by a reset"):
+                await waiting
 
 
 async def test_a_replica_starting_beside_a_running_turn_lets_the_session_go_once_it_ended(stores):
@@ -258,9 +267,8 @@ async def test_turns_queued_behind_a_park_run_after_another_process_had_the_sess
 async def test_a_caller_that_leaves_while_its_take_waits_leaves_no_lease_behind(
     stores, tmp_path: Path
 ):
-    model = ScriptedModel(lambda request: reply("ok"))
-    a = AgentRuntime(stores[0], Agent(name="a", model=model))
-    b = AgentRuntime(stores[1], Agent(name="a", model=model))
+    a = AgentRuntime(stores[0], Agent(name="a", model=ScriptedModel(lambda r: reply("A's"))))
+    b = AgentRuntime(stores[1], Agent(name="a", model=ScriptedModel(lambda r: reply("ok"))))
     locked, done = threading.Event(), threading.Event()
 
     def third_process_writing() -> None:
@@ -272,9 +280,11 @@ async def test_a_caller_that_leaves_while_its_take_waits_leaves_no_lease_behind(
         conn.close()
 
     writer = threading.Thread(target=third_process_writing)
-    writer.start()
     async with a, b:
-        locked.wait(DEADLINE_SECONDS)
+        await a.session("a", "s1").turn("one")  # A holds the session in memory
+        await b.session("a", "s1").turn("two")  # and B writes it: A's copy is behind
+        await asyncio.to_thread(writer.start)
+        await asyncio.to_thread(locked.wait, DEADLINE_SECONDS)
         starting = asyncio.ensure_future(a.session("a", "s1").start("hi"))
         await asyncio.sleep(0.2)
         starting.cancel()  # its caller gives up while the take waits for the write lock
@@ -284,9 +294,23 @@ async def test_a_caller_that_leaves_while_its_take_waits_leaves_no_lease_behind(
         await asyncio.to_thread(writer.join)
         await stores[0]._run(lambda conn: None)  # A's connection did its take by now
 
-        # the take landed after its caller left; it is let go, so B need not wait it out
-        turn = b.session("a", "s1").turn("hello")
-        assert (await asyncio.wait_for(turn, DEADLINE_SECONDS / 3)).text == "ok"
+        # the take landed after its caller left: it is let go, nobody need wait it out
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while any(until > time.time() for *_, until in await stores[1].dump_table("leases")):
+            assert time.monotonic() < deadline, "the take nobody waits for is never let go"
+            await asyncio.sleep(0.02)
+        # and A still knows its copy is behind: its next turn reads what B wrote first
+        assert (await a.session("a", "s1").turn("three")).text == "A's"
+
+    said = [(m.role, m.text) for m in (await stores[1].load(KEY)).transcript]
+    assert said == [
+        ("user", "one"),
+        ("assistant", "A's"),
+        ("user", "two"),
+        ("assistant", "ok"),
+        ("user", "three"),
+        ("assistant", "A's"),
+    ]
 
 
 async def test_a_write_waiting_for_the_other_process_stops_when_its_runtime_closes(stores):
@@ -320,3 +344,89 @@ def test_only_a_process_on_this_machine_and_pid_namespace_is_known_to_be_gone():
     finally:
         retire(mine)
     assert is_gone(mine)  # closed here
+
+
+class PausingStore(SQLiteStore):
+    """A connection whose next load, or its commit that archives, waits until let go.
+
+    While it waits, its lease renewals wait too, as in a process that froze.
+    """
+
+    pause_load = False
+    pause_archive = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.paused, self.go = asyncio.Event(), asyncio.Event()
+
+    async def load(self, key: SessionKey) -> StoredSession:
+        if self.pause_load:
+            self.pause_load = False
+            self.paused.set()
+            await self.go.wait()
+        return await super().load(key)
+
+    async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
+        if self.paused.is_set() and not self.go.is_set():
+            await self.go.wait()  # the whole process is frozen: its renewals too
+        return await super().renew_lease(key, holder, until=until)
+
+    async def commit(self, key: SessionKey, commit: Commit) -> None:
+        if self.pause_archive and commit.archive:
+            self.pause_archive = False
+            self.paused.set()
+            await self.go.wait()
+        await super().commit(key, commit)
+
+
+async def test_a_caller_that_leaves_while_the_session_is_read_again_leaves_no_lease(
+    tmp_path: Path,
+):
+    here = await PausingStore.open(tmp_path / "bot.db")
+    elsewhere = await SQLiteStore.open(tmp_path / "bot.db")
+    model = ScriptedModel(lambda request: reply("ok"))
+    try:
+        a = AgentRuntime(here, Agent(name="a", model=model), lease_seconds=0.6)
+        b = AgentRuntime(elsewhere, Agent(name="a", model=model))
+        async with a, b:
+            here.pause_load = True  # a first write reads the session under the lease
+            starting = asyncio.ensure_future(a.session("a", "s1").start("hi"))
+            await here.paused.wait()
+            starting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await starting
+            here.go.set()
+            await asyncio.sleep(0.5)  # A idle for a few renewal periods
+
+            turn = b.session("a", "s1").turn("hello")
+            assert (await asyncio.wait_for(turn, DEADLINE_SECONDS / 3)).text == "ok"
+    finally:
+        await here.close()
+        await elsewhere.close()
+
+
+async def test_a_reset_the_other_process_carried_out_answers_the_caller_here(tmp_path: Path):
+    here = await PausingStore.open(tmp_path / "bot.db")
+    elsewhere = await SQLiteStore.open(tmp_path / "bot.db")
+    agent = Agent(name="a", model=ScriptedModel(lambda request: reply("ok")))
+    try:
+        a = AgentRuntime(here, agent, lease_seconds=0.6)
+        async with a:
+            session = a.session("a", "s1")
+            await session.turn("hello")
+            here.pause_archive = True  # A freezes as it archives, past its lease
+            resetting = asyncio.ensure_future(session.reset())
+            await here.paused.wait()
+            async with AgentRuntime(elsewhere, agent) as b:  # its start-up finishes the reset
+                deadline = time.monotonic() + DEADLINE_SECONDS
+                while (await elsewhere.load(KEY)).generation == 0:
+                    assert time.monotonic() < deadline, "the other process never reset it"
+                    await asyncio.sleep(0.05)
+                here.go.set()  # A wakes: its archive is refused, and it reads what B did
+
+                done = await asyncio.wait_for(resetting, DEADLINE_SECONDS / 3)
+                assert (done.previous_session, done.generation) == ("s1#g0", 1)
+                assert await b.session("a", "s1").transcript() == []
+    finally:
+        await here.close()
+        await elsewhere.close()
