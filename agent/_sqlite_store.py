@@ -219,6 +219,10 @@ class SQLiteStore:
             result: T = await self._db._execute(fn, self._db._conn, *args)  # type: ignore[no-untyped-call]
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
+        except ValueError as exc:
+            if self._db._connection is None:  # aiosqlite's word for a closed connection
+                raise StoreError(f"the store at {self.path} is closed") from exc
+            raise
         return result
 
     async def load(self, key: SessionKey) -> StoredSession:

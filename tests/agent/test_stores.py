@@ -290,3 +290,12 @@ async def test_open_store_from_url(tmp_path):
     assert isinstance(store, SQLiteStore)
     await store.close()
     assert isinstance(await open_store("memory://"), MemoryStore)
+
+
+async def test_a_closed_sqlite_store_says_it_is_closed(tmp_path):
+    store = await SQLiteStore.open(tmp_path / "closed.db")
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.load(KEY)
+    with pytest.raises(StoreError, match="closed"):
+        await store.take_lease(KEY, "a#1", now=1.0, until=2.0)
