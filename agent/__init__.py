@@ -68,6 +68,7 @@ from agent.messages import (
     UserMessage,
 )
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
+from agent.policy import SurfacePolicy, TurnPolicy, resolve_policy, warn_unmounted_surfaces
 from agent.ports import EventSink, Model, SessionKey, SessionStore, StoreHandle
 from agent.proactive import Channel, ChecksTargets, Trigger, receive
 from agent.runtime import AgentRuntime
@@ -142,6 +143,7 @@ __all__ = [
     "SessionSuspendedError",
     "StoreError",
     "StoreHandle",
+    "SurfacePolicy",
     "Suspended",
     "TextBlock",
     "TextDelta",
@@ -163,6 +165,7 @@ __all__ = [
     "TurnFailed",
     "TurnFailedError",
     "TurnInput",
+    "TurnPolicy",
     "TurnRecord",
     "TurnResult",
     "TurnStarted",
@@ -174,5 +177,7 @@ __all__ = [
     "grant_answer",
     "open_store",
     "receive",
+    "resolve_policy",
     "tool",
+    "warn_unmounted_surfaces",
 ]

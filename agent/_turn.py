@@ -191,6 +191,11 @@ class TurnRun:
         self._answers: dict[str, JsonValue] | None = None
         self._interrupt = asyncio.Event()
         self._timed_out = False
+        policy = record.input.policy
+        self._denied = frozenset(policy.deny_tools) if policy else frozenset()
+        """Tools this turn's policy denies: never listed, and called, unknown."""
+        self._system = policy.system if policy else agent.instructions
+        self._tool_specs = tuple(s for s in agent.tool_specs if s.name not in self._denied)
 
     @property
     def turn_id(self) -> str:
@@ -373,9 +378,9 @@ class TurnRun:
 
     async def _stream_reply(self, step: str, attempt: int) -> ModelReply | None:
         request = ModelRequest(
-            system=self._agent.instructions,
+            system=self._system,
             messages=TranscriptView(self._transcript),
-            tools=self._agent.tool_specs,
+            tools=self._tool_specs,
             agent=self._key.agent,
             session_id=self._key.session_id,
             turn_id=self.turn_id,
@@ -414,7 +419,8 @@ class TurnRun:
             call_id=call.id,
             idempotency_key=idempotency_key(self.turn_id, call.id),
         )
-        tool = self._agent.tools_by_name.get(call.name)
+        # a denied tool is no tool at all here, whatever the model was talked into
+        tool = None if call.name in self._denied else self._agent.tools_by_name.get(call.name)
         if tool is not None and not tool.is_local:
             ctx = dataclasses.replace(ctx, inputs=_Desk(self, call))
         try:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from agent.errors import ConfigError
 from agent.hitl import AuthorizeAnswer
 from agent.model import ToolSpec
+from agent.policy import SurfacePolicy
 from agent.ports import Model
 from agent.tools import Tool
 
@@ -55,6 +58,12 @@ class Agent:
     """How long one run of a turn may take; past it the turn is cancelled with reason
     ``timeout`` at its next checkpoint boundary (a streaming reply is abandoned at once,
     a running tool is let finish). Time parked waiting for a person does not count."""
+    surfaces: Mapping[str, SurfacePolicy] = field(default_factory=dict)
+    """The policy of each source (``slack``...): its denied tools and how its
+    instructions combine with the base ones."""
+    overlays: Mapping[str, str] = field(default_factory=dict)
+    """Instructions per source (from ``instructions.<source>.md``), laid over the base
+    ones as the source's policy says."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 
@@ -71,3 +80,57 @@ class Agent:
         object.__setattr__(self, "tools_by_name", by_name)
         # built once: schemas are derived by pydantic and would cost every step
         object.__setattr__(self, "tool_specs", tuple(t.spec for t in self.tools))
+        for source, surface in self.surfaces.items():
+            self.check_surface(f"surface {source!r}", surface)
+            if "mode" in surface.model_fields_set and self.source_instructions(source) is None:
+                raise ConfigError(
+                    f"agent {self.name}: surface {source!r} sets mode {surface.mode!r} but "
+                    f"there are no instructions for it (instructions.{source}.md)"
+                )
+
+    def source_instructions(self, source: str) -> str | None:
+        """The instructions a source's turns lay over (or put in place of) the base ones."""
+        surface = self.surfaces.get(source)
+        return self.overlays.get(source) or (surface.instructions if surface else None)
+
+    def check_surface(self, where: str, surface: SurfacePolicy) -> None:
+        """Refuse a policy that names a tool this agent does not have.
+
+        Raises:
+            ConfigError: Naming ``where`` and the tool.
+        """
+        for field_name in ("deny_tools", "allow_tools"):
+            unknown = sorted(set(getattr(surface, field_name)) - set(self.tools_by_name))
+            if unknown:
+                raise ConfigError(
+                    f"agent {self.name}: {where}: {field_name} names no tool of this agent: "
+                    f"{', '.join(unknown)} (it has: {', '.join(sorted(self.tools_by_name))})"
+                )
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, *, name: str, model: Model, **rest: Any) -> Agent:
+        """The agent whose instructions live in ``folder``.
+
+        ``instructions.md`` holds the base instructions and ``instructions.<source>.md``
+        the overlay of each source (``instructions.slack.md``); ``rest`` is the
+        other fields (tools, surfaces...).
+
+        Raises:
+            ConfigError: The folder has no ``instructions.md``, or a surface's mode
+                has no instructions to go with it.
+        """
+        root = Path(folder)
+        base = root / "instructions.md"
+        if not base.is_file():
+            raise ConfigError(f"agent {name}: {base} is missing (the base instructions)")
+        overlays = {
+            path.name.removeprefix("instructions.").removesuffix(".md"): path.read_text().strip()
+            for path in sorted(root.glob("instructions.*.md"))
+        }
+        return cls(
+            name=name,
+            model=model,
+            instructions=base.read_text().strip(),
+            overlays=overlays,
+            **rest,
+        )

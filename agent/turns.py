@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
 from agent.hitl import InboundEvent, InputRequest
 from agent.messages import JsonValue, Usage
+from agent.policy import TurnPolicy
 
 __all__ = [
     "TURN_STATUSES_UNFINISHED",
@@ -42,8 +43,9 @@ class TurnInput:
     by: str | None = None
     event: InboundEvent | None = None
     """The channel's event, when a channel (not a program) opened the turn."""
-    policy: dict[str, Any] | None = None
-    """The surface policy the turn runs under; kept with it through a park."""
+    policy: TurnPolicy | None = None
+    """The surface policy the turn runs under (see `resolve_policy`); kept with it through
+    a park and across restarts. None: the agent's base instructions and every tool."""
     target: JsonValue = None
     """Where a proactive turn is shown (the channel's own address), kept with the turn so
     a restart can still show it there."""
@@ -89,7 +91,7 @@ class Suspended:
     request: InputRequest
     opening_text: str = ""
     event: InboundEvent | None = None
-    policy: dict[str, Any] | None = None
+    policy: TurnPolicy | None = None
 
 
 TurnResult = Annotated[Completed | Failed | Cancelled | Suspended, Field(discriminator="status")]

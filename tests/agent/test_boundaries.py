@@ -66,6 +66,7 @@ def test_public_names_are_pinned():
             "InboundEvent", "InputRequest", "InputRequired", "PolicyAnswerer", "UserAnswerer",
             "grant_answer",
             "Channel", "ChecksTargets", "Trigger", "receive",
+            "SurfacePolicy", "TurnPolicy", "resolve_policy", "warn_unmounted_surfaces",
         ]
     )  # fmt: skip
     for name in agent.__all__:

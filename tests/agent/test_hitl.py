@@ -18,6 +18,7 @@ from agent import (
     ToolContext,
     ToolMessage,
     TurnInput,
+    TurnPolicy,
     tool,
 )
 from agent.errors import (
@@ -129,7 +130,7 @@ async def test_a_tool_asking_parks_the_turn_with_one_checkpoint(store):
     ledger = Ledger()
     sink = RecordingSink()
     runtime = await runtime_with(store, ledger, sink)
-    policy = {"deny_tools": ["delete_channel"], "instructions": "Be brief.", "mode": "overlay"}
+    policy = TurnPolicy(source="slack", place="C1", system="Be brief.", deny_tools=("delete",))
     given = TurnInput(text="post hello", user="U1", event=SPEAKER, policy=policy)
     session, turn_id = await park(runtime, given)
 
