@@ -52,6 +52,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._sessions: dict[SessionKey, _Session] = {}
         self._leases: dict[SessionKey, tuple[str, float]] = {}
+        self._place_policies: dict[tuple[str, str], JsonValue] = {}
 
     async def close(self) -> None:
         """Nothing to release; here so both stores close alike."""
@@ -141,6 +142,15 @@ class MemoryStore:
         held = self._leases.get(key)
         if held is not None and held[0] == holder:
             self._leases[key] = (holder, 0.0)
+
+    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
+        if policy is None:
+            self._place_policies.pop((source, place), None)
+        else:
+            self._place_policies[source, place] = copy.deepcopy(policy)
+
+    async def place_policies(self, source: str) -> dict[str, JsonValue]:
+        return {p: copy.deepcopy(v) for (s, p), v in self._place_policies.items() if s == source}
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)

@@ -127,6 +127,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (agent, session_id)
     ) WITHOUT ROWID;
     """,
+    # policies people set from a surface (a Slack channel's), beside the file's
+    """
+    CREATE TABLE place_policies (
+        source TEXT NOT NULL,
+        place TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        PRIMARY KEY (source, place)
+    ) WITHOUT ROWID;
+    """,
 )
 
 _TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
@@ -293,6 +302,30 @@ class SQLiteStore:
                 )
 
         await self._run(drop)
+
+    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
+        def save(conn: sqlite3.Connection) -> None:
+            with _transaction(conn, self._ids):
+                if policy is None:
+                    conn.execute(
+                        "DELETE FROM place_policies WHERE source = ? AND place = ?", (source, place)
+                    )
+                else:
+                    conn.execute(
+                        "INSERT INTO place_policies (source, place, policy) VALUES (?, ?, ?)"
+                        " ON CONFLICT (source, place) DO UPDATE SET policy = excluded.policy",
+                        (source, place, dumps(policy)),
+                    )
+
+        await self._run(save)
+
+    async def place_policies(self, source: str) -> dict[str, JsonValue]:
+        rows = await self._run(
+            lambda conn: conn.execute(
+                "SELECT place, policy FROM place_policies WHERE source = ?", (source,)
+            ).fetchall()
+        )
+        return {place: loads(policy) for place, policy in rows}
 
     async def has_session(self, key: SessionKey) -> bool:
         return await self._run(lambda conn: self._ids.find(conn, key) is not None)

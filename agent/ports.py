@@ -223,6 +223,18 @@ class SessionStore(Protocol):
         """Let the session's lease go, if ``holder`` still holds it."""
         ...
 
+    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
+        """Keep the policy an operator set for one place of a source (None forgets it).
+
+        A channel keeps here what people change from the surface itself (a Slack
+        slash command); the engine never reads it.
+        """
+        ...
+
+    async def place_policies(self, source: str) -> dict[str, JsonValue]:
+        """Every policy kept for the places of ``source``, by place."""
+        ...
+
     async def has_session(self, key: SessionKey) -> bool:
         """Whether the session ever admitted a turn; cheap, and loads nothing."""
         ...

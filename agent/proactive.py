@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from agent.errors import ConfigError
 from agent.messages import JsonValue
+from agent.policy import TurnPolicy
 from agent.turns import TurnInput
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ async def receive(
     trigger: Trigger,
     session: str,
     turn_id: str | None = None,
+    policy: TurnPolicy | None = None,
 ) -> str:
     """Start a proactive turn in ``session`` and show it at ``target`` through ``channel``.
 
@@ -81,6 +83,7 @@ async def receive(
         trigger: What started it.
         session: The session it belongs to.
         turn_id: Its id, when the caller derives one (else a new one).
+        policy: The policy it runs under (see `resolve_policy`), from where it is shown.
 
     Returns:
         The turn's id, once the channel has shown it to its end or to a request.
@@ -100,7 +103,9 @@ async def receive(
     ctx.agent(agent)  # raises ConfigError when the runtime does not host it
     if isinstance(channel, ChecksTargets):
         channel.check_target(target)  # a turn that could never be shown is not started
-    opening = TurnInput(text=seed, trigger=trigger.kind, by=trigger.by, target=target)
+    opening = TurnInput(
+        text=seed, trigger=trigger.kind, by=trigger.by, target=target, policy=policy
+    )
     started = await ctx.session(agent, session).start(opening, turn_id=turn_id)
     await deliver(session, started, target)
     return started

@@ -11,8 +11,9 @@ from agent import ConfigError, open_store
 from agent.store import database_path
 from bot import messages
 from bot.agents import build_agent
+from bot.bot_config import load_bot_config
 from bot.config import Settings, load_settings
-from bot.schedules import load_bot_config, next_firing
+from bot.schedules import next_firing
 from bot.terminal import chat
 
 
@@ -52,6 +53,40 @@ def list_schedules(settings: Settings) -> int:
     return 0
 
 
+async def describe_policies(settings: Settings) -> list[str]:
+    """The effective policy of Slack turns: the default, then each channel that has one.
+
+    Raises:
+        ConfigError: A policy names a tool the agent does not have.
+    """
+    from slack_sdk.web.async_client import AsyncWebClient  # only for the tools' list
+
+    from bot.policies import SOURCE, PolicyBook
+    from bot.slack.tools import slack_tools
+
+    config = load_bot_config(settings.bot_config)
+    agent = build_agent(settings, slack_tools(AsyncWebClient()), surfaces=config.surfaces)
+    store = await open_store(settings.database_url)
+    try:
+        book = PolicyBook(agent, config, store)
+        lines = [f"Policies of {SOURCE} turns (agent {agent.name}):"]
+        for view in await book.describe_all():
+            lines += ["", *messages.policy_lines(view, in_slack=False)]
+        return lines
+    finally:
+        await store.close()
+
+
+def list_policies(settings: Settings) -> int:
+    """``python -m bot policies``: what turns in each configured channel run under."""
+    try:
+        print("\n".join(asyncio.run(describe_policies(settings))))
+    except ConfigError as exc:
+        print(f"Cannot list the policies: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def fire_schedule(settings: Settings, name: str) -> int:
     """``python -m bot run-schedule NAME``: fire it now, post its reply, say how it went."""
     if not settings.has_slack:
@@ -84,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args[:1] == ["schedules"]:
         return list_schedules(settings)
+    if args[:1] == ["policies"]:
+        return list_policies(settings)
     if args[:1] == ["run-schedule"]:
         if len(args) != 2:
             print("Usage: python -m bot run-schedule NAME", file=sys.stderr)

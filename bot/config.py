@@ -141,7 +141,7 @@ class Settings(BaseSettings):
 
 
 def _config_file_problems(path: Path) -> list[str]:
-    from bot.schedules import load_bot_config  # pydantic models of the file: only when named
+    from bot.bot_config import load_bot_config  # pydantic models of the file: only when named
 
     try:
         load_bot_config(path)

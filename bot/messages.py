@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
 from agent import ResumeConflictError
+
+if TYPE_CHECKING:
+    from bot.policies import ChannelPolicy
 
 NEEDS_CREDENTIALS = """\
 No Slack credentials found, so this runs the engine offline instead.
@@ -79,3 +85,45 @@ def not_waiting(error: ResumeConflictError) -> str:
         )
         return f"This was already {how} by <@{error.answered_by}>."
     return "This request is no longer waiting for an answer."
+
+
+def policy_lines(view: ChannelPolicy, *, in_slack: bool) -> list[str]:
+    """A channel's effective policy in a few lines: for ``policies``, ``/agent-policy`` and Home."""
+    where = "Default for Slack (any other channel, DMs)"
+    if view.channel is not None:
+        where = f"<#{view.channel}>" if in_slack else f"Channel {view.channel}"
+    origin = []
+    if view.from_file:
+        origin.append("BOT_CONFIG")
+    if view.changed_by is not None:
+        who = f"<@{view.changed_by}>" if in_slack else view.changed_by
+        when = _date(view.changed_at) if view.changed_at is not None else "?"
+        origin.append(f"changed in Slack by {who} on {when}")
+    header = where + (f" ({'; '.join(origin)})" if origin else "")
+    if in_slack:
+        header = f"*{header}*"
+    denied = ", ".join(view.policy.deny_tools) or "none"
+    return [
+        header,
+        f"  tools offered: {', '.join(view.offered) or 'none'}",
+        f"  tools denied: {denied}",
+        f"  prompt: {' + '.join(view.prompt)}",
+    ]
+
+
+POLICY_HELP = """\
+`/agent-policy` shows this channel's policy. Admins can change it:
+• `/agent-policy deny TOOL` or `/agent-policy allow TOOL`
+• `/agent-policy instructions TEXT` (added to the prompt here), or `instructions clear`
+• `/agent-policy mode overlay`, or `mode replace` (the channel's text is the whole prompt)
+• `/agent-policy reset` forgets the changes made from Slack
+Changes apply from the next turn in this channel."""
+
+NO_POLICIES = "This bot keeps no policies."
+ONLY_ADMINS_CHANGE_POLICIES = (
+    "Only workspace admins (and the bot's admins in BOT_CONFIG) can change this channel's policy."
+)
+
+
+def _date(at: float) -> str:
+    return f"{datetime.fromtimestamp(at, UTC):%Y-%m-%d %H:%M} UTC"

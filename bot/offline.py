@@ -1,4 +1,4 @@
-"""An agent that runs with no credentials: a scripted model and a note-taking tool.
+"""What runs with no credentials: a scripted model and a note-taking tool.
 
 It is the engine for real (SQLite store, checkpoints, recovery); only the model
 is scripted, so a newcomer can see a durable turn before they have any keys.
@@ -6,10 +6,10 @@ is scripted, so a newcomer can see a durable turn before they have any keys.
 
 from __future__ import annotations
 
-from agent import Agent, ModelReply, ModelRequest, ToolContext, ToolMessage, tool
+from agent import ModelReply, ModelRequest, ToolContext, ToolMessage, tool
 from agent.testing import ScriptedModel, call, reply
 
-__all__ = ["offline_agent", "remember"]
+__all__ = ["offline_model", "remember"]
 
 
 @tool
@@ -32,11 +32,6 @@ def _answer(request: ModelRequest) -> ModelReply:
     return reply(f"Noting that down: {text!r}.", call("remember", {"note": text}))
 
 
-def offline_agent(name: str = "bot") -> Agent:
-    """The credential-free agent: every message becomes a durable note."""
-    return Agent(
-        name=name,
-        model=ScriptedModel(_answer, chunk=6),
-        instructions="Offline demo agent.",
-        tools=[remember],
-    )
+def offline_model() -> ScriptedModel:
+    """The credential-free model: every message becomes a durable note."""
+    return ScriptedModel(_answer, chunk=6)

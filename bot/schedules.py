@@ -19,28 +19,22 @@ from __future__ import annotations
 
 import logging
 import re
-import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from agent import ConfigError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
-    "BotConfig",
+    "CHANNEL_ID",
     "Firing",
     "Schedule",
     "ScheduleRunner",
     "due_firing",
     "firing_now",
-    "load_bot_config",
     "next_firing",
 ]
 
@@ -50,6 +44,8 @@ MISFIRE_GRACE = timedelta(minutes=5)
 """A firing this late still runs (once); a later one is skipped, and logged."""
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+CHANNEL_ID = re.compile(r"[CG][A-Z0-9]{2,}")
+"""A channel's id as Slack shows it under About (public C…, private G…)."""
 
 
 class Schedule(BaseModel):
@@ -82,7 +78,7 @@ class Schedule(BaseModel):
     @field_validator("channel")
     @classmethod
     def _channel_id(cls, channel: str) -> str:
-        if not re.fullmatch(r"[CG][A-Z0-9]{2,}", channel):
+        if not CHANNEL_ID.fullmatch(channel):
             raise ValueError("a channel id (C0123456789), as Slack shows it under About")
         return channel
 
@@ -115,59 +111,6 @@ class Schedule(BaseModel):
     def session(self, team: str) -> str:
         """The session every firing of this schedule belongs to."""
         return f"slack:{team}:{self.channel}:schedule:{self.name}"
-
-
-class BotConfig(BaseModel):
-    """The ``BOT_CONFIG`` file."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    schedules: tuple[Schedule, ...] = ()
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> BotConfig:
-        seen: set[str] = set()
-        for schedule in self.schedules:
-            if schedule.name in seen:
-                raise ValueError(f"schedule {schedule.name!r}: name: used twice")
-            seen.add(schedule.name)
-        return self
-
-    def schedule(self, name: str) -> Schedule:
-        """The schedule called ``name``.
-
-        Raises:
-            ConfigError: There is none.
-        """
-        for schedule in self.schedules:
-            if schedule.name == name:
-                return schedule
-        known = ", ".join(s.name for s in self.schedules) or "none"
-        raise ConfigError(f"no schedule is named {name!r} (BOT_CONFIG has: {known})")
-
-
-def load_bot_config(path: Path | None) -> BotConfig:
-    """Read and check the ``BOT_CONFIG`` file (an empty config when there is none).
-
-    Raises:
-        ConfigError: One line per problem, naming the schedule and the field.
-    """
-    if path is None:
-        return BotConfig()
-    try:
-        with path.open("rb") as f:
-            raw = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"BOT_CONFIG names {path}, which does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"BOT_CONFIG: cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"BOT_CONFIG: {path} is not valid TOML: {exc}") from None
-    try:
-        return BotConfig.model_validate(raw)
-    except ValidationError as exc:
-        lines = [f"BOT_CONFIG: {_where(raw, e['loc'])}{_said(e)}" for e in exc.errors()]
-        raise ConfigError("\n".join(lines)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,24 +339,3 @@ def _crontab_weekdays(field: str) -> str:
 
 def _shown(at: datetime, zone: ZoneInfo | None = None) -> str:
     return f"{at.astimezone(zone) if zone else at:%Y-%m-%d %H:%M %Z}"
-
-
-def _where(raw: Any, location: tuple[int | str, ...]) -> str:
-    """``schedule 'daily': cron`` for pydantic's ``('schedules', 0, 'cron')``."""
-    if len(location) >= 2 and location[0] == "schedules" and isinstance(location[1], int):
-        entries = raw.get("schedules") if isinstance(raw, dict) else None
-        entry = entries[location[1]] if isinstance(entries, list) else None
-        name = entry.get("name") if isinstance(entry, dict) else None
-        who = f"schedule {name!r}" if isinstance(name, str) else f"schedule #{location[1] + 1}"
-        rest = ".".join(str(p) for p in location[2:])
-        return f"{who}: {rest}: " if rest else f"{who}: "
-    return f"{'.'.join(str(p) for p in location)}: " if location else ""
-
-
-def _said(error: Any) -> str:
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "missing":
-        return "missing"
-    if error["type"] == "extra_forbidden":
-        return "not a field of a schedule"
-    return message

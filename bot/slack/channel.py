@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -55,6 +56,10 @@ from bot.slack.blocks import (
 from bot.slack.inbound import Ignored, Inbound, read_event
 from bot.slack.reply import ThreadReply
 
+if TYPE_CHECKING:
+    from agent import TurnPolicy
+    from bot.policies import PolicyBook
+
 __all__ = ["SlackChannel"]
 
 logger = logging.getLogger("bot.slack")
@@ -85,8 +90,11 @@ class SlackChannel:
         bot_user_id: str,
         replace_in_flight: bool = True,
         flush_every: float = 1.0,
+        policies: PolicyBook | None = None,
     ) -> None:
         self.runtime = runtime
+        self.policies = policies
+        """The policies turns start under, by channel; None runs every turn on the base."""
         self.agent = agent
         self.client = client
         self.bot_user_id = bot_user_id
@@ -172,14 +180,20 @@ class SlackChannel:
             t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
             for t in turns
         )
+        # the channel is the signed event's: no message can choose its own policy
+        opening = dataclasses.replace(inbound.input, policy=await self.policy_for(inbound.channel))
         try:
-            await session.start(inbound.input, turn_id=inbound.turn_id, replace=replace)
+            await session.start(opening, turn_id=inbound.turn_id, replace=replace)
         except SessionSuspendedError:
             speaker = inbound.input.user or ""
             await self._tell(inbound.channel, speaker, thread, WAITING_FOR_APPROVAL)
             return False
         self._watch(inbound.turn_id)  # before the engine may emit: the reply below is its
         return True
+
+    async def policy_for(self, channel: str) -> TurnPolicy | None:
+        """The policy a turn in ``channel`` starts under now (None: no policies are kept)."""
+        return await self.policies.for_channel(channel) if self.policies else None
 
     @contextlib.asynccontextmanager
     async def _admission(self, session_id: str) -> AsyncIterator[None]:

@@ -20,6 +20,7 @@ async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: 
         trigger=Trigger(by=firing.by),
         session=schedule.session(team),
         turn_id=firing.turn_id,
+        policy=await channel.policy_for(schedule.channel),  # the channel's, as for a person
     )
 
 

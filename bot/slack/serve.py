@@ -35,10 +35,13 @@ from agent import (
     Suspended,
     TurnRecord,
     open_store,
+    warn_unmounted_surfaces,
 )
 from bot.agents import build_agent
+from bot.bot_config import BotConfig, load_bot_config
 from bot.config import Settings
-from bot.schedules import Firing, ScheduleRunner, firing_now, load_bot_config
+from bot.policies import SOURCE, PolicyBook, check_channel_policies
+from bot.schedules import Firing, ScheduleRunner, firing_now
 from bot.slack.channel import SlackChannel
 from bot.slack.firing import fire, has_fired
 from bot.slack.server import bolt_app, web_app
@@ -119,14 +122,16 @@ async def _who_am_i(client: AsyncWebClient, settings: Settings) -> _Identity:
 
 @contextlib.asynccontextmanager
 async def _engine(
-    settings: Settings, client: AsyncWebClient, me: _Identity
+    settings: Settings, config: BotConfig, client: AsyncWebClient, me: _Identity
 ) -> AsyncIterator[SlackChannel]:
     """The agent, its runtime on the store, and the Slack channel showing its turns.
 
     On leaving, replies in flight get a few seconds, then everything is closed:
     turns not yet finished stay on disk for the next start.
     """
-    agent = build_agent(settings, slack_tools(client))
+    agent = build_agent(settings, slack_tools(client), surfaces=config.surfaces)
+    warn_unmounted_surfaces(agent, [SOURCE])
+    check_channel_policies(agent, config)  # before the store: a refusal leaves nothing open
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
     channel = SlackChannel(
@@ -135,6 +140,7 @@ async def _engine(
         client,
         bot_user_id=me.user_id,
         replace_in_flight=settings.replace_in_flight,
+        policies=PolicyBook(agent, config, store),
     )
     try:
         yield channel
@@ -152,7 +158,7 @@ async def _serve(
     settings: Settings, client: AsyncWebClient, me: _Identity, stop: asyncio.Event
 ) -> None:
     config = load_bot_config(settings.bot_config)
-    async with _engine(settings, client, me) as channel:
+    async with _engine(settings, config, client, me) as channel:
         runtime = channel.runtime
 
         async def fire_firing(firing: Firing) -> None:
@@ -194,11 +200,12 @@ async def run_schedule(settings: Settings, name: str) -> str:
         ConfigError: No such schedule, or Slack refused the token.
         ScheduleFailed: The turn failed, or Slack refused its reply.
     """
-    schedule = load_bot_config(settings.bot_config).schedule(name)
+    config = load_bot_config(settings.bot_config)
+    schedule = config.schedule(name)
     async with aiohttp.ClientSession() as http:
         client = slack_client(settings, http)
         me = await _who_am_i(client, settings)
-        async with _engine(settings, client, me) as channel:
+        async with _engine(settings, config, client, me) as channel:
             firing = firing_now(schedule, datetime.now(UTC))
             try:
                 turn_id = await fire(channel, channel.runtime, me.team_id, firing)

@@ -13,14 +13,20 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.messages import NO_POLICIES
+from bot.policies import PolicyBook
+from bot.slack.admin import home_view, run_policy_command
 from bot.slack.blocks import APPROVE, DENY
 from bot.slack.channel import SlackChannel
 from bot.slack.envelope import MalformedBody, check_body
 
-__all__ = ["bolt_app", "web_app"]
+__all__ = ["POLICY_COMMAND", "bolt_app", "web_app"]
+
+POLICY_COMMAND = "/agent-policy"
 
 logger = logging.getLogger("bot.slack")
 
@@ -32,19 +38,44 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     async def on_message_event(body: dict[str, Any]) -> None:
         channel.on_event(body)  # returns at once: the turn runs in a task of the channel's
 
-    async def on_nothing_to_do() -> None:
-        return None
-
     async def on_decision(ack: Any, body: dict[str, Any]) -> None:
         await ack()  # at once: the decision is settled in a task of the channel's
         channel.on_decision(body)
+
+    async def on_policy_command(ack: Any, body: dict[str, Any]) -> None:
+        book = channel.policies
+        if book is None:
+            await ack(text=NO_POLICIES)
+            return
+        reply = await run_policy_command(
+            client,
+            book,
+            user=str(body.get("user_id") or ""),  # signed by Slack: who typed it, and where
+            channel=str(body.get("channel_id") or ""),
+            text=str(body.get("text") or ""),
+        )
+        await ack(text=reply)
+
+    async def on_home_opened(event: dict[str, Any]) -> None:
+        book, user = channel.policies, event.get("user")
+        if book is None or event.get("tab") != "home" or not isinstance(user, str):
+            return
+        channel.spawn(_publish_home(client, book, user), name=f"home {user}")
 
     bolt.action(APPROVE)(on_decision)
     bolt.action(DENY)(on_decision)
     bolt.event("app_mention")(on_message_event)
     bolt.event("message")(on_message_event)
-    bolt.event("app_home_opened")(on_nothing_to_do)
+    bolt.event("app_home_opened")(on_home_opened)
+    bolt.command(POLICY_COMMAND)(on_policy_command)
     return bolt
+
+
+async def _publish_home(client: AsyncWebClient, book: PolicyBook, user: str) -> None:
+    try:
+        await client.views_publish(user_id=user, view=await home_view(client, book, user))
+    except SlackApiError as exc:
+        logger.warning("the Home tab of %s was not published: %s", user, exc.response.get("error"))
 
 
 def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:

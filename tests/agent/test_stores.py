@@ -299,3 +299,15 @@ async def test_a_closed_sqlite_store_says_it_is_closed(tmp_path):
         await store.load(KEY)
     with pytest.raises(StoreError, match="closed"):
         await store.take_lease(KEY, "a#1", now=1.0, until=2.0)
+
+
+async def test_place_policies_are_kept_per_source_replaced_and_forgotten(store):
+    await store.save_place_policy("slack", "C1", {"deny_tools": ["post"]})
+    await store.save_place_policy("slack", "C2", {"instructions": "Be brief."})
+    await store.save_place_policy("email", "C1", {"deny_tools": []})
+    await store.save_place_policy("slack", "C1", {"deny_tools": ["post", "read"]})
+    await store.save_place_policy("slack", "C2", None)
+
+    assert await store.place_policies("slack") == {"C1": {"deny_tools": ["post", "read"]}}
+    assert await store.place_policies("email") == {"C1": {"deny_tools": []}}
+    assert await store.place_policies("web") == {}

@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agent import ConfigError
-from bot.schedules import Schedule, due_firing, firing_now, load_bot_config, next_firing
+from bot.bot_config import load_bot_config
+from bot.schedules import Schedule, due_firing, firing_now, next_firing
 
 DAILY = """
 [[schedules]]

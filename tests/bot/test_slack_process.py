@@ -151,6 +151,12 @@ async def post_signed(port: int, envelope: dict[str, Any]) -> int:
 
 async def post_body(port: int, body: str, content_type: str) -> int:
     """``body`` signed as Slack signs it, posted to the bot's ``/slack/events``."""
+    status, _, _ = await signed_post(port, body, content_type)
+    return status
+
+
+async def signed_post(port: int, body: str, content_type: str) -> tuple[int, str, str]:
+    """``body`` signed and posted as Slack does: the answer's status, text and content type."""
     stamp = str(int(time.time()))
     signature = SignatureVerifier(SECRET).generate_signature(timestamp=stamp, body=body)
     assert signature is not None
@@ -163,7 +169,7 @@ async def post_body(port: int, body: str, content_type: str) -> int:
         aiohttp.ClientSession() as http,
         http.post(f"http://127.0.0.1:{port}/slack/events", data=body, headers=headers) as r,
     ):
-        return r.status
+        return r.status, await r.text(), r.content_type
 
 
 async def test_the_bot_process_answers_a_mention_and_stops_cleanly_on_sigterm(

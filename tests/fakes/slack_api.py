@@ -272,6 +272,7 @@ class _User:
     name: str
     real_name: str
     is_bot: bool = False
+    is_admin: bool = False
 
 
 def _micros(ts: str) -> int:
@@ -338,6 +339,8 @@ class FakeSlack:
             collections.deque
         )
         self._disabled: set[str] = set()
+        self.home_views: dict[str, Json] = {}
+        """The Home tab each user was last shown (views.publish), by user id."""
         self._now = EPOCH * 1_000_000
         self._last_ts = self._now
         self._runner: web.AppRunner | None = None
@@ -358,6 +361,7 @@ class FakeSlack:
             "chat.stopStream": self._stop_stream,
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._open_connection,
+            "views.publish": self._publish_view,
         }
         self.add_user(bot_user_id, name="bot", is_bot=True)
         self.add_user(self.user_id, name="alice", real_name="Alice Example")
@@ -373,9 +377,16 @@ class FakeSlack:
     # --- the workspace
 
     def add_user(
-        self, user_id: str, *, name: str | None = None, real_name: str = "", is_bot: bool = False
+        self,
+        user_id: str,
+        *,
+        name: str | None = None,
+        real_name: str = "",
+        is_bot: bool = False,
+        is_admin: bool = False,
     ) -> None:
-        self._users[user_id] = _User(user_id, name or user_id.lower(), real_name, is_bot)
+        """A member of the workspace; ``is_admin`` makes them a workspace admin."""
+        self._users[user_id] = _User(user_id, name or user_id.lower(), real_name, is_bot, is_admin)
 
     def add_channel(
         self,
@@ -577,6 +588,9 @@ class FakeSlack:
             "real_name": user.real_name,
             "deleted": False,
             "is_bot": user.is_bot,
+            "is_admin": user.is_admin,
+            "is_owner": False,
+            "is_primary_owner": False,
             "is_app_user": False,
             "tz": "Etc/UTC",
             "profile": profile,
@@ -760,6 +774,20 @@ class FakeSlack:
         )
         self.ephemerals.append(ephemeral)
         return {"message_ts": ephemeral.ts}
+
+    def _publish_view(self, params: _Params) -> Json:
+        """A user's Home tab: a ``home`` view of at most 100 blocks, replacing the last."""
+        user = params.required("user_id")
+        if user not in self._users:
+            raise Refusal("user_not_found")
+        view = params.structured("view", "invalid_arguments")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise Refusal("invalid_arguments", messages=["view must be an object of type home"])
+        blocks = checked_blocks(view.get("blocks"))
+        if blocks is None or len(blocks) > 100:
+            raise Refusal("invalid_arguments", messages=["a view has 1 to 100 blocks"])
+        self.home_views[user] = view
+        return {"view": {"id": f"V{len(self.home_views):06d}", **view}}
 
     def _set_status(self, params: _Params) -> Json:
         channel = self._channel(params, name="channel_id")

@@ -1,0 +1,70 @@
+"""The policy book: the file's channel policies, with what admins changed from Slack on top."""
+
+from __future__ import annotations
+
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import ConfigError, MemoryStore, SurfacePolicy
+from bot.agents import build_agent
+from bot.bot_config import BotConfig
+from bot.config import Settings
+from bot.policies import PolicyBook, PolicyChange
+from bot.slack.tools import slack_tools
+
+SUPPORT = "C0SUPPORT"
+
+
+def book() -> PolicyBook:
+    config = BotConfig(
+        surfaces={"slack": SurfacePolicy(deny_tools=("recall",))},
+        channels={
+            SUPPORT: SurfacePolicy(deny_tools=("post_message",), instructions="Two sentences.")
+        },
+    )
+    agent = build_agent(
+        Settings(_env_file=None), slack_tools(AsyncWebClient()), surfaces=config.surfaces
+    )
+    return PolicyBook(agent, config, MemoryStore())
+
+
+async def test_changes_from_slack_lie_over_the_files_and_reset_goes_back_to_it():
+    policies = book()
+    await policies.change(SUPPORT, PolicyChange("allow", "post_message"), by="U1")
+    await policies.change(SUPPORT, PolicyChange("deny", "read_channel"), by="U1")
+    changed = await policies.for_channel(SUPPORT)
+    assert changed.deny_tools == ("read_channel", "recall")
+    assert changed.system.endswith("\n\nTwo sentences.")  # the file's text still applies
+
+    await policies.change(SUPPORT, PolicyChange("instructions", "Only French."), by="U2")
+    await policies.change(SUPPORT, PolicyChange("mode", "replace"), by="U2")
+    assert (await policies.for_channel(SUPPORT)).system == "Only French."
+    view = await policies.describe(SUPPORT)
+    assert (view.changed_by, view.from_file) == ("U2", True)
+    assert view.prompt == ("the channel's instructions: “Only French.”",)
+
+    await policies.change(SUPPORT, PolicyChange("reset"), by="U2")
+    back = await policies.for_channel(SUPPORT)
+    assert back.deny_tools == ("post_message", "recall")
+    assert back.system.endswith("\n\nTwo sentences.")
+    assert (await policies.describe(SUPPORT)).changed_by is None
+
+
+async def test_a_channel_only_slack_configured_is_listed_and_others_get_the_default():
+    policies = book()
+    await policies.change("C0RANDOM", PolicyChange("deny", "remember"), by="U1")
+
+    listed = [view.channel for view in await policies.describe_all()]
+    assert listed == [None, "C0RANDOM", SUPPORT]
+    elsewhere = await policies.for_channel("C0ELSE")
+    assert elsewhere.deny_tools == ("recall",)
+    assert elsewhere.place is None  # refined by nothing: the source's policy alone
+
+
+async def test_a_change_naming_no_tool_or_mode_changes_nothing():
+    policies = book()
+    with pytest.raises(ConfigError, match="there is no tool 'nuke'"):
+        await policies.change(SUPPORT, PolicyChange("deny", "nuke"), by="U1")
+    with pytest.raises(ConfigError, match="the mode is overlay or replace, not 'append'"):
+        await policies.change(SUPPORT, PolicyChange("mode", "append"), by="U1")
+    assert (await policies.describe(SUPPORT)).changed_by is None
