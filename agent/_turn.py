@@ -50,6 +50,7 @@ from agent.messages import (
     UserMessage,
 )
 from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
+from agent.policy import resolve_policy
 from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredSession, StoredStep
 from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
 from agent.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
@@ -191,7 +192,12 @@ class TurnRun:
         self._answers: dict[str, JsonValue] | None = None
         self._interrupt = asyncio.Event()
         self._timed_out = False
-        policy = record.input.policy
+        given = record.input
+        # a turn admitted with no policy (before policies, or by a program) runs under its
+        # source's as the agent has it now, rather than with every tool
+        policy = given.policy or (
+            resolve_policy(agent, given.event.source) if given.event else None
+        )
         self._denied = frozenset(policy.deny_tools) if policy else frozenset()
         """Tools this turn's policy denies: never listed, and called, unknown."""
         self._system = policy.system if policy else agent.instructions

@@ -89,9 +89,15 @@ class Agent:
                 )
 
     def source_instructions(self, source: str) -> str | None:
-        """The instructions a source's turns lay over (or put in place of) the base ones."""
+        """The instructions a source's turns lay over (or put in place of) the base ones.
+
+        A policy's own instructions come before the folder's ``instructions.<source>.md``:
+        the operator who wrote them there meant them.
+        """
         surface = self.surfaces.get(source)
-        return self.overlays.get(source) or (surface.instructions if surface else None)
+        if surface is not None and surface.instructions is not None:
+            return surface.instructions
+        return self.overlays.get(source)
 
     def check_surface(self, where: str, surface: SurfacePolicy) -> None:
         """Refuse a policy that names a tool this agent does not have.

@@ -45,7 +45,8 @@ class TurnInput:
     """The channel's event, when a channel (not a program) opened the turn."""
     policy: TurnPolicy | None = None
     """The surface policy the turn runs under (see `resolve_policy`); kept with it through
-    a park and across restarts. None: the agent's base instructions and every tool."""
+    a park and across restarts. None: its event's source's policy as the agent has it
+    when the turn runs (the base instructions and every tool, for a turn with no event)."""
     target: JsonValue = None
     """Where a proactive turn is shown (the channel's own address), kept with the turn so
     a restart can still show it there."""

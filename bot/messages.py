@@ -112,17 +112,20 @@ def policy_lines(view: ChannelPolicy, *, in_slack: bool) -> list[str]:
 
 
 POLICY_HELP = """\
-`/agent-policy` shows this channel's policy. Admins can change it:
-• `/agent-policy deny TOOL` or `/agent-policy allow TOOL`
-• `/agent-policy instructions TEXT` (added to the prompt here), or `instructions clear`
-• `/agent-policy mode overlay`, or `mode replace` (the channel's text is the whole prompt)
-• `/agent-policy reset` forgets the changes made from Slack
-Changes apply from the next turn in this channel."""
+`/agent-policy` shows this channel's policy to admins, who can change it:
+• `/agent-policy deny TOOL`, or `allow TOOL` to take back a deny made here
+• `/agent-policy instructions TEXT` sets this channel's instructions, in place of \
+BOT_CONFIG's; `instructions clear` goes back to them
+• `/agent-policy mode overlay` adds them to the prompt; `mode replace` makes them the whole prompt
+• `/agent-policy reset` forgets every change made from Slack
+Changes apply from the next turn in this channel; BOT_CONFIG's denies stay."""
 
 NO_POLICIES = "This bot keeps no policies."
 ONLY_ADMINS_CHANGE_POLICIES = (
-    "Only workspace admins (and the bot's admins in BOT_CONFIG) can change this channel's policy."
+    "Only workspace admins (and the bot's admins in BOT_CONFIG) can see or change "
+    "this channel's policy."
 )
+NOT_A_CHANNEL = "Policies are kept per channel: use /agent-policy in a channel."
 
 
 def _date(at: float) -> str:

@@ -9,6 +9,7 @@ what a message says.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,6 +20,8 @@ from bot.bot_config import BotConfig
 __all__ = ["SOURCE", "ChannelPolicy", "PolicyBook", "PolicyChange", "check_channel_policies"]
 
 SOURCE = "slack"
+MAX_INSTRUCTIONS = 4000
+"""The longest instructions a channel may be given from Slack, in characters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class PolicyBook:
         self.agent = agent
         self._config = config
         self._store = store
+        self._changing = asyncio.Lock()
+        """One change at a time: each reads what is kept, then writes it back."""
 
     @property
     def admins(self) -> tuple[str, ...]:
@@ -90,37 +95,55 @@ class PolicyBook:
             ConfigError: The change names a tool the agent does not have, or a mode
                 that is neither ``overlay`` nor ``replace``.
         """
-        stored = (await self._stored()).get(channel)
-        current = stored[0] if stored else SurfacePolicy()
-        if change.action == "reset":
-            await self._store.save_place_policy(SOURCE, channel, None)
+        async with self._changing:
+            stored = (await self._stored()).get(channel)
+            current = stored[0] if stored else SurfacePolicy()
+            if change.action == "reset":
+                await self._store.save_place_policy(SOURCE, channel, None)
+                return await self.describe(channel)
+            updated = self._changed(channel, current, change)
+            kept = {"policy": updated.model_dump(exclude_unset=True), "by": by, "at": time.time()}
+            await self._store.save_place_policy(SOURCE, channel, kept)
             return await self.describe(channel)
-        updated = self._changed(current, change)
-        kept = {"policy": updated.model_dump(exclude_unset=True), "by": by, "at": time.time()}
-        await self._store.save_place_policy(SOURCE, channel, kept)
-        return await self.describe(channel)
 
-    def _changed(self, current: SurfacePolicy, change: PolicyChange) -> SurfacePolicy:
+    def _changed(self, channel: str, current: SurfacePolicy, change: PolicyChange) -> SurfacePolicy:
+        """``current`` (what Slack changed so far) with ``change`` on top.
+
+        Slack only narrows what the file allows: ``allow`` takes back a deny made from
+        Slack, never one the operator wrote in BOT_CONFIG.
+        """
         value = change.value
         if change.action in ("deny", "allow"):
             if value is None or value not in self.agent.tools_by_name:
                 tools = ", ".join(sorted(self.agent.tools_by_name))
                 raise ConfigError(f"there is no tool {value!r} (the tools are: {tools})")
-            deny, allow = set(current.deny_tools), set(current.allow_tools)
+            deny = set(current.deny_tools)
             if change.action == "deny":
                 deny.add(value)
-                allow.discard(value)
             else:
-                allow.add(value)
+                if value in self._file_denies(channel):
+                    raise ConfigError(
+                        f"{value} is denied here by BOT_CONFIG; only the file can allow it"
+                    )
                 deny.discard(value)
-            return current.model_copy(
-                update={"deny_tools": tuple(sorted(deny)), "allow_tools": tuple(sorted(allow))}
-            )
+            return current.model_copy(update={"deny_tools": tuple(sorted(deny))})
         if change.action == "mode":
             if value not in ("overlay", "replace"):
                 raise ConfigError(f"the mode is overlay or replace, not {value!r}")
-            return current.model_copy(update={"mode": value})
-        return current.model_copy(update={"instructions": value})
+            updated = current.model_copy(update={"mode": value})
+        else:
+            if value is not None and len(value) > MAX_INSTRUCTIONS:
+                raise ConfigError(f"instructions are at most {MAX_INSTRUCTIONS} characters")
+            updated = current.model_copy(update={"instructions": value})
+        layered = _layer(self._config.channels.get(channel), updated)
+        if layered is not None and layered.mode == "replace" and not layered.instructions:
+            raise ConfigError("mode replace needs instructions to replace the prompt with")
+        return updated
+
+    def _file_denies(self, channel: str) -> set[str]:
+        surface = self.agent.surfaces.get(SOURCE, SurfacePolicy())
+        in_file = self._config.channels.get(channel, SurfacePolicy())
+        return (set(surface.deny_tools) - set(in_file.allow_tools)) | set(in_file.deny_tools)
 
     async def describe(self, channel: str | None) -> ChannelPolicy:
         """The channel's effective policy, with where each part comes from."""
@@ -150,7 +173,10 @@ class PolicyBook:
         overlay = self.agent.source_instructions(SOURCE)
         parts = ["base instructions (instructions.md)"]
         if overlay is not None:
-            described = f"the {SOURCE} instructions (instructions.{SOURCE}.md)"
+            origin = (
+                "BOT_CONFIG" if surface.instructions is not None else f"instructions.{SOURCE}.md"
+            )
+            described = f"the {SOURCE} instructions ({origin})"
             parts = [described] if surface.mode == "replace" else [*parts, described]
         if refined is not None and refined.instructions is not None:
             described = f"the channel's instructions: {_quoted(refined.instructions)}"
@@ -168,16 +194,22 @@ def check_channel_policies(agent: Agent, config: BotConfig) -> None:
     for channel, policy in config.channels.items():
         where = f"BOT_CONFIG channels.{channel}"
         agent.check_surface(where, policy)
-        if policy.mode == "replace" and policy.instructions is None:
+        if policy.mode == "replace" and not policy.instructions:
             raise ConfigError(f"{where}: mode 'replace' needs instructions to replace with")
 
 
 def _layer(below: SurfacePolicy | None, above: SurfacePolicy | None) -> SurfacePolicy | None:
-    """The file's channel policy with what was changed from Slack on top."""
-    if above is None or below is None:
-        return above or below
-    deny = (set(below.deny_tools) | set(above.deny_tools)) - set(above.allow_tools)
-    allow = (set(below.allow_tools) | set(above.allow_tools)) - set(above.deny_tools)
+    """The file's channel policy with what was changed from Slack on top.
+
+    Slack's denies add to the file's; the file's allows stand (Slack keeps none);
+    instructions set from Slack take the place of the file's for the channel.
+    """
+    if above is None:
+        return below
+    if below is None:
+        return above.model_copy(update={"allow_tools": ()})
+    deny = set(below.deny_tools) | set(above.deny_tools)
+    allow = set(below.allow_tools) - deny
     instructions, mode = below.instructions, below.mode
     if above.instructions is not None or "mode" in above.model_fields_set:
         instructions = above.instructions if above.instructions is not None else instructions

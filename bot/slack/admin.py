@@ -1,8 +1,9 @@
 """Policies from inside Slack: the ``/agent-policy`` command and the Home tab.
 
-Who may change a channel's policy is decided here, from Slack's own word on the
-user (a signed request's ``user_id``, then ``users.info``): workspace admins and
-owners, and the users ``BOT_CONFIG`` names as ``admins``. Everyone may look.
+Who may see and change a channel's policy is decided here, from Slack's own word
+on the user (a signed request's ``user_id``, then ``users.info``): workspace
+admins and owners, and the users ``BOT_CONFIG`` names as ``admins``. A policy
+can say what a channel is told to keep quiet, so nobody else sees it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
 from bot.messages import (
+    NOT_A_CHANNEL,
     ONLY_ADMINS_CHANGE_POLICIES,
     POLICY_HELP,
     policy_lines,
 )
 from bot.policies import PolicyBook, PolicyChange
+from bot.schedules import CHANNEL_ID
 
 __all__ = ["home_view", "is_policy_admin", "run_policy_command"]
 
@@ -50,13 +53,15 @@ async def run_policy_command(
     rest = words[1].strip() if len(words) > 1 else ""
     if verb == "help":
         return POLICY_HELP
-    if verb == "show":
+    if not CHANNEL_ID.fullmatch(channel):
+        return NOT_A_CHANNEL
+    if not await is_policy_admin(client, book, user):
+        return ONLY_ADMINS_CHANGE_POLICIES
+    if verb == "show" and not rest:
         return "\n".join(policy_lines(await book.describe(channel), in_slack=True))
     change = _change(verb, rest)
     if change is None:
-        return f"I do not know `{verb}`.\n{POLICY_HELP}"
-    if not await is_policy_admin(client, book, user):
-        return ONLY_ADMINS_CHANGE_POLICIES
+        return f"I cannot read `{_clipped(text)}`.\n{POLICY_HELP}"
     try:
         now = await book.change(channel, change, by=user)
     except ConfigError as exc:
@@ -67,13 +72,13 @@ async def run_policy_command(
 
 
 def _change(verb: str, rest: str) -> PolicyChange | None:
-    word = rest.split()[0] if rest else ""
-    if verb == "deny" and word:
-        return PolicyChange("deny", word)
-    if verb == "allow" and word:
-        return PolicyChange("allow", word)
-    if verb == "mode" and word:
-        return PolicyChange("mode", word)
+    one_word = rest if rest and len(rest.split()) == 1 else ""
+    if verb == "deny" and one_word:
+        return PolicyChange("deny", one_word)
+    if verb == "allow" and one_word:
+        return PolicyChange("allow", one_word)
+    if verb == "mode" and one_word:
+        return PolicyChange("mode", one_word.lower())
     if verb == "instructions" and rest:
         return PolicyChange("instructions", None if rest.lower() == "clear" else rest)
     if verb == "reset" and not rest:
@@ -100,6 +105,11 @@ async def home_view(client: AsyncWebClient, book: PolicyBook, user: str) -> dict
             _text(f"_…and {len(blocks) - shown} more: see `python -m bot policies`_"),
         ]
     return {"type": "home", "blocks": blocks}
+
+
+def _clipped(text: str, limit: int = 40) -> str:
+    flat = " ".join(text.split()).replace("`", "'")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _text(markdown: str) -> dict[str, Any]:

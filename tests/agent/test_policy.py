@@ -12,6 +12,7 @@ from agent import (
     Agent,
     AgentRuntime,
     ConfigError,
+    InboundEvent,
     ModelReply,
     ModelRequest,
     SurfacePolicy,
@@ -130,21 +131,25 @@ async def test_denied_tools_are_not_listed_and_a_call_to_one_fails_as_unknown(st
     def answer(request: ModelRequest) -> ModelReply:
         if isinstance(request.messages[-1], ToolMessage):
             return reply(f"saw: {request.messages[-1].result}")
-        # a prompt injection talked it into the refund it was never shown
-        return reply("", call("issue_refund", {"order": "A1"}, id="c1"))
+        # a prompt injection talked it into tools it was never shown, one that asks a person
+        return reply("", call("issue_refund", {"order": "A1"}), call("escalate", {"reason": "x"}))
 
     model = ScriptedModel(answer)
-    agent = agent_from(
-        folder_with(tmp_path), model, slack=SurfacePolicy(deny_tools=("issue_refund",))
-    )
+    denied = SurfacePolicy(deny_tools=("issue_refund", "escalate"))
+    agent = agent_from(folder_with(tmp_path), model, slack=denied)
     async with AgentRuntime(store, agent) as runtime:
         opening = TurnInput(text="refund A1", policy=resolve_policy(agent, "slack"))
-        done = await runtime.session("ops", "s1").turn(opening)
+        done = await runtime.session("ops", "s1").turn(opening)  # turn() refuses a park
 
-    assert [spec.name for spec in model.requests[0].tools] == ["lookup", "escalate"]
+    assert [spec.name for spec in model.requests[0].tools] == ["lookup"]
     # the same words as for a tool the agent never had: nothing tells the model it exists
-    assert done.text == "saw: {'error': 'ToolError: unknown tool: issue_refund'}"
-    assert ran == []  # it never ran, and nobody was asked to approve it
+    assert done.text == "saw: {'error': 'ToolError: unknown tool: escalate'}"
+    results = [m.result for m in model.requests[1].messages if isinstance(m, ToolMessage)]
+    assert results == [
+        {"error": "ToolError: unknown tool: issue_refund"},
+        {"error": "ToolError: unknown tool: escalate"},
+    ]
+    assert ran == []  # neither ran, and nobody was asked to approve anything
 
 
 async def test_a_parked_turn_keeps_the_policy_it_started_under(sqlite_store, tmp_path: Path):
@@ -178,3 +183,26 @@ async def test_a_parked_turn_keeps_the_policy_it_started_under(sqlite_store, tmp
     assert resumed.system == "You help customers.\n\nIn Slack, use Markdown."
     assert [spec.name for spec in resumed.tools] == ["lookup", "escalate"]
     assert ran == ["escalate angry"]
+
+
+async def test_a_turn_admitted_without_a_policy_runs_under_its_sources(store, tmp_path: Path):
+    model = ScriptedModel(lambda request: reply("ok"))
+    folder = folder_with(tmp_path, slack="In Slack, use Markdown.")
+    agent = agent_from(folder, model, slack=SurfacePolicy(deny_tools=("issue_refund",)))
+    async with AgentRuntime(store, agent) as runtime:
+        # admitted before policies existed (or by a channel that sets none)
+        event = InboundEvent(source="slack", user="U1", attested=True)
+        await runtime.session("ops", "s1").turn(TurnInput(text="hi", user="U1", event=event))
+        await runtime.session("ops", "s2").turn(TurnInput(text="hi"))  # no event: the base
+
+    with_event, without = model.requests
+    assert with_event.system == "You help customers.\n\nIn Slack, use Markdown."
+    assert [spec.name for spec in with_event.tools] == ["lookup", "escalate"]
+    assert without.system == "You help customers."
+    assert [spec.name for spec in without.tools] == ["lookup", "issue_refund", "escalate"]
+
+
+def test_instructions_a_policy_gives_come_before_the_folders(tmp_path: Path):
+    folder = folder_with(tmp_path, slack="In Slack, use Markdown.")
+    agent = agent_from(folder, slack=SurfacePolicy(instructions="In Slack, be terse."))
+    assert resolve_policy(agent, "slack").system == "You help customers.\n\nIn Slack, be terse."

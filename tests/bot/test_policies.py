@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import ConfigError, MemoryStore, SurfacePolicy
+from agent import ConfigError, MemoryStore, SessionStore, SQLiteStore, SurfacePolicy
 from bot.agents import build_agent
 from bot.bot_config import BotConfig
 from bot.config import Settings
@@ -15,7 +17,7 @@ from bot.slack.tools import slack_tools
 SUPPORT = "C0SUPPORT"
 
 
-def book() -> PolicyBook:
+def book(store: SessionStore | None = None) -> PolicyBook:
     config = BotConfig(
         surfaces={"slack": SurfacePolicy(deny_tools=("recall",))},
         channels={
@@ -25,18 +27,20 @@ def book() -> PolicyBook:
     agent = build_agent(
         Settings(_env_file=None), slack_tools(AsyncWebClient()), surfaces=config.surfaces
     )
-    return PolicyBook(agent, config, MemoryStore())
+    return PolicyBook(agent, config, store or MemoryStore())
 
 
 async def test_changes_from_slack_lie_over_the_files_and_reset_goes_back_to_it():
     policies = book()
-    await policies.change(SUPPORT, PolicyChange("allow", "post_message"), by="U1")
     await policies.change(SUPPORT, PolicyChange("deny", "read_channel"), by="U1")
     changed = await policies.for_channel(SUPPORT)
-    assert changed.deny_tools == ("read_channel", "recall")
+    assert changed.deny_tools == ("post_message", "read_channel", "recall")
     assert changed.system.endswith("\n\nTwo sentences.")  # the file's text still applies
+    await policies.change(SUPPORT, PolicyChange("allow", "read_channel"), by="U1")
+    assert (await policies.for_channel(SUPPORT)).deny_tools == ("post_message", "recall")
 
     await policies.change(SUPPORT, PolicyChange("instructions", "Only French."), by="U2")
+    assert (await policies.for_channel(SUPPORT)).system.endswith("\n\nOnly French.")
     await policies.change(SUPPORT, PolicyChange("mode", "replace"), by="U2")
     assert (await policies.for_channel(SUPPORT)).system == "Only French."
     view = await policies.describe(SUPPORT)
@@ -48,6 +52,24 @@ async def test_changes_from_slack_lie_over_the_files_and_reset_goes_back_to_it()
     assert back.deny_tools == ("post_message", "recall")
     assert back.system.endswith("\n\nTwo sentences.")
     assert (await policies.describe(SUPPORT)).changed_by is None
+
+
+async def test_slack_cannot_allow_what_the_file_denies():
+    policies = book()
+    for denied_by_the_file in ("post_message", "recall"):  # the channel's, the source's
+        with pytest.raises(ConfigError, match=f"{denied_by_the_file} is denied here by BOT_CONFIG"):
+            await policies.change(SUPPORT, PolicyChange("allow", denied_by_the_file), by="U1")
+    assert (await policies.for_channel(SUPPORT)).deny_tools == ("post_message", "recall")
+
+
+async def test_changes_made_at_once_are_all_kept(tmp_path):
+    async with await SQLiteStore.open(tmp_path / "bot.db") as store:  # its reads yield
+        policies = book(store)
+        tools = ("read_thread", "read_channel", "remember")
+        await asyncio.gather(
+            *(policies.change(SUPPORT, PolicyChange("deny", tool), by="U1") for tool in tools)
+        )
+        assert set(tools) <= set((await policies.for_channel(SUPPORT)).deny_tools)
 
 
 async def test_a_channel_only_slack_configured_is_listed_and_others_get_the_default():
@@ -67,4 +89,9 @@ async def test_a_change_naming_no_tool_or_mode_changes_nothing():
         await policies.change(SUPPORT, PolicyChange("deny", "nuke"), by="U1")
     with pytest.raises(ConfigError, match="the mode is overlay or replace, not 'append'"):
         await policies.change(SUPPORT, PolicyChange("mode", "append"), by="U1")
+    with pytest.raises(ConfigError, match="instructions are at most 4000 characters"):
+        await policies.change(SUPPORT, PolicyChange("instructions", "x" * 4001), by="U1")
+    await policies.change("C0BARE", PolicyChange("deny", "remember"), by="U1")
+    with pytest.raises(ConfigError, match="mode replace needs instructions"):
+        await policies.change("C0BARE", PolicyChange("mode", "replace"), by="U1")
     assert (await policies.describe(SUPPORT)).changed_by is None

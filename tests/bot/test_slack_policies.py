@@ -123,6 +123,8 @@ async def test_each_channel_offers_its_own_tools_and_a_denied_call_runs_nothing(
     assert offered(first) == ["read_thread", "read_channel", "remember"]
     assert "two sentences at most" in json.dumps(first["system"])
     assert "in the team's Slack workspace" in json.dumps(first["system"])  # the source's too
+    for denied in ("post_message", "recall"):  # nothing tells the model they exist
+        assert denied not in json.dumps(first["system"])
     [result] = [b for b in after_the_call["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert result["is_error"] is True
     assert "unknown tool: post_message" in json.dumps(result["content"])
@@ -147,11 +149,16 @@ async def test_admins_change_a_channel_from_slack_and_everyone_else_is_refused(
         claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
         bot = await launch(**claude, **config)
 
-        # anyone may look; only admins may change
-        shown = await slash(bot.port, slack, slack.user_id, SUPPORT, "")
+        # only admins may look (a policy may say what the channel keeps quiet) or change
+        for asked in ("", "deny read_channel"):
+            refused = await slash(bot.port, slack, slack.user_id, SUPPORT, asked)
+            assert refused.startswith("Only workspace admins (and the bot's admins in BOT_CONFIG)")
+        shown = await slash(bot.port, slack, "U0OPS", SUPPORT, "show")
         assert shown.splitlines()[0] == f"*<#{SUPPORT}> (BOT_CONFIG)*"
-        refused = await slash(bot.port, slack, slack.user_id, SUPPORT, "deny read_channel")
-        assert refused.startswith("Only workspace admins (and the bot's admins in BOT_CONFIG)")
+        kept = await slash(bot.port, slack, "U0BOSS", SUPPORT, "allow post_message")
+        assert kept.startswith("Nothing changed: post_message is denied here by BOT_CONFIG")
+        unreadable = await slash(bot.port, slack, "U0BOSS", SUPPORT, "deny")
+        assert unreadable.startswith("I cannot read `deny`.")
 
         # a workspace admin, as Slack's users.info says, and an admin the file names
         denied = await slash(bot.port, slack, "U0BOSS", SUPPORT, "deny read_channel")
