@@ -62,6 +62,7 @@ from aiohttp import web
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_blocks import (
     MAX_BLOCKS,
+    MAX_VIEW_BLOCKS,
     Refusal,
     check_markdown,
     checked_blocks,
@@ -783,9 +784,9 @@ class FakeSlack:
         view = params.structured("view", "invalid_arguments")
         if not isinstance(view, dict) or view.get("type") != "home":
             raise Refusal("invalid_arguments", messages=["view must be an object of type home"])
-        blocks = checked_blocks(view.get("blocks"))
-        if blocks is None or len(blocks) > 100:
-            raise Refusal("invalid_arguments", messages=["a view has 1 to 100 blocks"])
+        blocks = checked_blocks(view.get("blocks"), limit=MAX_VIEW_BLOCKS)
+        if not blocks:
+            raise Refusal("invalid_arguments", messages=["a view has at least one block"])
         self.home_views[user] = view
         return {"view": {"id": f"V{len(self.home_views):06d}", **view}}
 

@@ -25,6 +25,7 @@ Json: TypeAlias = dict[str, Any]
 MAX_MARKDOWN_CHARS = 12_000
 """``markdown_text`` on posts and on each stream call (docs.slack.dev chat.*Stream)."""
 MAX_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
 
 _BLOCK_TYPES = frozenset(
     {
@@ -192,11 +193,11 @@ _BLOCK_CHECKS: dict[str, Callable[[Json, str], list[str]]] = {
 }
 
 
-def _block_errors(blocks: list[Any]) -> list[str]:
+def _block_errors(blocks: list[Any], limit: int) -> list[str]:
     """What Slack lists under ``errors`` for ``invalid_blocks``, json-pointers included."""
     errors = []
-    if len(blocks) > MAX_BLOCKS:
-        errors.append(f"no more than {MAX_BLOCKS} items allowed [json-pointer:/blocks]")
+    if len(blocks) > limit:
+        errors.append(f"no more than {limit} items allowed [json-pointer:/blocks]")
     block_ids: set[str] = set()
     for index, block in enumerate(blocks):
         where = f"/blocks/{index}"
@@ -217,13 +218,16 @@ def _block_errors(blocks: list[Any]) -> list[str]:
     return errors
 
 
-def checked_blocks(value: Any) -> tuple[Json, ...] | None:
-    """The blocks, or None when none were sent; refused as Slack refuses them."""
+def checked_blocks(value: Any, *, limit: int = MAX_BLOCKS) -> tuple[Json, ...] | None:
+    """The blocks, or None when none were sent; refused as Slack refuses them.
+
+    ``limit`` is 50 for a message, 100 for a view.
+    """
     if value is None:
         return None
     if not isinstance(value, list):
         raise Refusal("invalid_blocks_format")
-    errors = _block_errors(value)
+    errors = _block_errors(value, limit)
     if errors:
         raise Refusal("invalid_blocks", messages=errors)
     return tuple(value)

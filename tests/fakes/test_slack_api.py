@@ -537,3 +537,30 @@ async def test_a_stream_keeps_to_its_kind_of_content_and_cannot_be_updated_while
         await c.chat_update(channel=slack.channel_id, ts=ts, markdown_text="Hi")  # now it may
         [reply] = slack.replies(slack.channel_id, root)
         assert (reply.text, reply.stream) == ("Hi", "stopped")
+
+
+async def test_a_home_view_is_kept_per_user_and_a_wrong_one_refused() -> None:
+    async with FakeSlack() as slack:
+        c = client(slack)
+        slack.add_user("U0BOSS", name="boss", is_admin=True)
+        section = {"type": "section", "text": {"type": "mrkdwn", "text": "*Hello*"}}
+        published = await c.views_publish(
+            user_id="U0BOSS", view={"type": "home", "blocks": [section]}
+        )
+        boss = await c.users_info(user="U0BOSS")
+        member = await c.users_info(user=slack.user_id)
+        with pytest.raises(SlackApiError) as modal:
+            await c.views_publish(user_id="U0BOSS", view={"type": "modal", "blocks": [section]})
+        with pytest.raises(SlackApiError) as nobody:
+            await c.views_publish(user_id="U0NOBODY", view={"type": "home", "blocks": [section]})
+        with pytest.raises(SlackApiError) as too_many:
+            await c.views_publish(
+                user_id="U0BOSS", view={"type": "home", "blocks": [section] * 101}
+            )
+
+    assert published["view"]["type"] == "home"
+    assert slack.home_views == {"U0BOSS": {"type": "home", "blocks": [section]}}
+    assert (boss["user"]["is_admin"], member["user"]["is_admin"]) == (True, False)
+    assert error_of(modal) == "invalid_arguments"
+    assert error_of(too_many) == "invalid_blocks"
+    assert error_of(nobody) == "user_not_found"
