@@ -8,6 +8,7 @@ refused whatever its body, and a signed body that is not what Slack sends gets a
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -42,19 +43,20 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
         await ack()  # at once: the decision is settled in a task of the channel's
         channel.on_decision(body)
 
-    async def on_policy_command(ack: Any, body: dict[str, Any]) -> None:
+    async def on_policy_command(ack: Any, respond: Any, body: dict[str, Any]) -> None:
         book = channel.policies
         if book is None:
             await ack(text=NO_POLICIES)
             return
-        reply = await run_policy_command(
+        await ack()  # at once: the answer (users.info, the database) comes by response_url
+        answering = run_policy_command(
             client,
             book,
             user=str(body.get("user_id") or ""),  # signed by Slack: who typed it, and where
             channel=str(body.get("channel_id") or ""),
             text=str(body.get("text") or ""),
         )
-        await ack(text=reply)
+        channel.spawn(_respond(respond, answering), name="answer /agent-policy")
 
     async def on_home_opened(event: dict[str, Any]) -> None:
         book, user = channel.policies, event.get("user")
@@ -69,6 +71,13 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     bolt.event("app_home_opened")(on_home_opened)
     bolt.command(POLICY_COMMAND)(on_policy_command)
     return bolt
+
+
+async def _respond(respond: Any, answering: Awaitable[str]) -> None:
+    try:
+        await respond(text=await answering, response_type="ephemeral")
+    except Exception:  # the command's answer only: the bot goes on
+        logger.exception("could not answer /agent-policy")
 
 
 async def _publish_home(client: AsyncWebClient, book: PolicyBook, user: str) -> None:

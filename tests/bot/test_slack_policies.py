@@ -9,6 +9,7 @@ published through ``views.publish``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.fakes.slack_api import FakeSlack
 __all__ = ["launch", "slack"]  # fixtures, used by name
 
 SUPPORT = "C0SUPPORT"
+HOOKS = itertools.count(1)
 CONFIG = """\
 admins = ["U0OPS"]
 
@@ -61,6 +63,7 @@ def mention_in(slack: FakeSlack, channel: str, text: str) -> tuple[str, dict[str
 
 async def slash(port: int, slack: FakeSlack, user: str, channel: str, text: str) -> str:
     """``/agent-policy TEXT`` typed by ``user`` in ``channel``: the reply only they see."""
+    hook = f"hook{next(HOOKS)}"
     body = urlencode(
         {
             "command": "/agent-policy",
@@ -69,14 +72,18 @@ async def slash(port: int, slack: FakeSlack, user: str, channel: str, text: str)
             "channel_id": channel,
             "user_id": user,
             "trigger_id": "1337.42",
-            "response_url": "https://hooks.example.com/commands/1",
+            "response_url": slack.response_url(hook),
         }
     )
-    status, said, content_type = await signed_post(port, body, "application/x-www-form-urlencoded")
-    assert status == 200, said
-    # a plain-text answer to a slash command is shown only to whoever typed it
-    assert content_type == "text/plain", content_type
-    return said
+    status, acked, _ = await signed_post(port, body, "application/x-www-form-urlencoded")
+    assert (status, acked) == (200, "")  # acknowledged at once; the answer follows
+    deadline = time.monotonic() + WAIT
+    while hook not in slack.command_responses:
+        assert time.monotonic() < deadline, "the command was never answered"
+        await asyncio.sleep(0.02)
+    [answer] = slack.command_responses[hook]
+    assert answer["response_type"] == "ephemeral"  # only whoever typed it sees it
+    return str(answer["text"])
 
 
 async def replied(slack: FakeSlack, channel: str, ts: str, text: str) -> None:

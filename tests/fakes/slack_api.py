@@ -341,6 +341,8 @@ class FakeSlack:
         )
         self._disabled: set[str] = set()
         self.home_views: dict[str, Json] = {}
+        self.command_responses: dict[str, list[Json]] = {}
+        """What was posted to each slash command's ``response_url``, by its hook."""
         """The Home tab each user was last shown (views.publish), by user id."""
         self._now = EPOCH * 1_000_000
         self._last_ts = self._now
@@ -515,6 +517,7 @@ class FakeSlack:
     async def __aenter__(self) -> FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._on_call)
+        app.router.add_post("/commands/{hook}", self._on_command_response)
         self.socket_mode.route(app)
         self._runner, self._url = await serve_locally(app)
         return self
@@ -524,6 +527,22 @@ class FakeSlack:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    def response_url(self, hook: str) -> str:
+        """A slash command's ``response_url``: what is posted there is kept under ``hook``."""
+        if self._url is None:
+            raise RuntimeError("FakeSlack is not running; use it as `async with`")
+        return f"{self._url}/commands/{hook}"
+
+    async def _on_command_response(self, request: web.Request) -> web.Response:
+        try:
+            said = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="invalid_payload")
+        if not isinstance(said, dict) or not (said.get("text") or said.get("blocks")):
+            return web.Response(status=400, text="no_text")
+        self.command_responses.setdefault(request.match_info["hook"], []).append(said)
+        return web.Response(text="ok")
 
     # --- dispatch
 

@@ -564,3 +564,17 @@ async def test_a_home_view_is_kept_per_user_and_a_wrong_one_refused() -> None:
     assert error_of(modal) == "invalid_arguments"
     assert error_of(too_many) == "invalid_blocks"
     assert error_of(nobody) == "user_not_found"
+
+
+async def test_a_slash_commands_response_url_keeps_what_is_posted_to_it() -> None:
+    async with FakeSlack() as slack, aiohttp.ClientSession() as http:
+        url = slack.response_url("h1")
+        said = {"text": "Only you can see this.", "response_type": "ephemeral"}
+        async with http.post(url, json=said) as answered:
+            status = answered.status
+        async with http.post(url, json={"response_type": "ephemeral"}) as empty:
+            refused = (empty.status, await empty.text())
+
+    assert status == 200
+    assert refused == (400, "no_text")
+    assert slack.command_responses == {"h1": [said]}
