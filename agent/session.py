@@ -878,7 +878,8 @@ class AgentSession:
         try:
             while self._halted is None:
                 try:
-                    await self._hold_for_worker()
+                    # before each turn: the session may have moved to another process meanwhile
+                    await self._hold()
                 except RuntimeClosedError:
                     return  # closed while it waited for another process
                 except Exception as exc:
@@ -899,14 +900,6 @@ class AgentSession:
             self._worker = None
             if not self._admit_lock.locked() and not self._runtime.is_closed:
                 await drop_quietly(self._lease)  # closing: the runtime lets it go
-
-    async def _hold_for_worker(self) -> None:
-        """Hold the lease before each turn; pick the session up again if it moved meanwhile."""
-        if self._lease.is_held and not self._lease.stale:
-            return
-        await self._lease.take()
-        if self._lease.stale:
-            await self._catch_up()
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""
@@ -947,6 +940,7 @@ class AgentSession:
         if record is None or record.status not in TURN_STATUSES_UNFINISHED:
             self._settle_waiters(state)
             return
+        token = self._lease.token
         run = TurnRun(
             agent=self._agent,
             store=self._runtime.store,
@@ -955,9 +949,8 @@ class AgentSession:
             record=record,
             emit=self._emit,
             clock=self._runtime.clock,
-            holder=self._lease.token,
+            holder=token,
         )
-        token = self._lease.token
         self._running = run
         try:
             result = await run.run()

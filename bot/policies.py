@@ -73,12 +73,19 @@ class PolicyBook:
 
     async def for_channel(self, channel: str | None) -> TurnPolicy:
         """The policy a turn in ``channel`` starts under now."""
-        refined = await self._refined(channel) if channel else None
-        return resolve_policy(self.agent, SOURCE, place=channel, refined=refined)
+        stored = await self._stored() if channel else {}
+        return resolve_policy(
+            self.agent, SOURCE, place=channel, refined=self._refined(channel, stored)
+        )
 
-    async def _refined(self, channel: str) -> SurfacePolicy | None:
-        stored = (await self._stored()).get(channel)
-        return _layer(self._config.channels.get(channel), stored[0] if stored else None)
+    def _refined(
+        self, channel: str | None, stored: dict[str, tuple[SurfacePolicy, dict[str, Any]]]
+    ) -> SurfacePolicy | None:
+        """The file's policy of ``channel`` with what was changed from Slack on top."""
+        if channel is None:
+            return None
+        kept = stored.get(channel)
+        return _layer(self._config.channels.get(channel), kept[0] if kept else None)
 
     async def _stored(self) -> dict[str, tuple[SurfacePolicy, dict[str, Any]]]:
         found: dict[str, tuple[SurfacePolicy, dict[str, Any]]] = {}
@@ -147,26 +154,30 @@ class PolicyBook:
 
     async def describe(self, channel: str | None) -> ChannelPolicy:
         """The channel's effective policy, with where each part comes from."""
-        stored = (await self._stored()).get(channel) if channel else None
-        from_file = self._config.channels.get(channel) if channel else None
-        refined = _layer(from_file, stored[0] if stored else None)
+        return self._described(channel, await self._stored() if channel else {})
+
+    def _described(
+        self, channel: str | None, stored: dict[str, tuple[SurfacePolicy, dict[str, Any]]]
+    ) -> ChannelPolicy:
+        refined = self._refined(channel, stored)
         policy = resolve_policy(self.agent, SOURCE, place=channel, refined=refined)
-        meta = stored[1] if stored else {}
+        meta = stored[channel][1] if channel in stored else {}
         by, at = meta.get("by"), meta.get("at")
         return ChannelPolicy(
             channel=channel,
             policy=policy,
             offered=tuple(n for n in self.agent.tools_by_name if n not in policy.deny_tools),
             prompt=self._prompt_parts(refined),
-            from_file=from_file is not None,
+            from_file=channel in self._config.channels,
             changed_by=by if isinstance(by, str) else None,
             changed_at=float(at) if isinstance(at, int | float) else None,
         )
 
     async def describe_all(self) -> list[ChannelPolicy]:
         """The source's default, then every channel the file or an admin gave a policy."""
-        channels = sorted(set(self._config.channels) | set(await self._stored()))
-        return [await self.describe(None)] + [await self.describe(c) for c in channels]
+        stored = await self._stored()  # one read for them all
+        channels = sorted(set(self._config.channels) | set(stored))
+        return [self._described(c, stored) for c in [None, *channels]]
 
     def _prompt_parts(self, refined: SurfacePolicy | None) -> tuple[str, ...]:
         surface = self.agent.surfaces.get(SOURCE, SurfacePolicy())
