@@ -32,6 +32,7 @@ from agent.errors import (
     TurnSuspendedError,
     UnknownTurnError,
 )
+from agent.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
 from agent.events import (
     ActionCompleted,
     ActionRequested,
@@ -95,6 +96,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_RETENTION",
     "EXPIRED",
     "ActionCompleted",
     "ActionRequested",
@@ -113,6 +115,7 @@ __all__ = [
     "Completed",
     "ConfigError",
     "ConflictError",
+    "EventLog",
     "EventSink",
     "Failed",
     "FatalToolError",
@@ -123,6 +126,8 @@ __all__ = [
     "InputRequired",
     "InvalidAnswerError",
     "LeaseLostError",
+    "LogEntry",
+    "LogGap",
     "MemoryStore",
     "Message",
     "MessageCompleted",

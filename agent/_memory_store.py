@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 from agent.messages import JsonValue
-from agent.ports import Archive, Commit, LeaseTaken, SessionKey, SessionStatus, StoredSession
+from agent.ports import (
+    Archive,
+    Commit,
+    LeaseTaken,
+    LogBounds,
+    SessionKey,
+    SessionStatus,
+    SessionSummary,
+    StoredSession,
+)
 from agent.turns import TURN_STATUSES_UNFINISHED, TurnRecord
 
 __all__ = ["MemoryStore"]
@@ -26,7 +35,9 @@ class _Session:
         "archive",
         "cancels",
         "deliveries",
+        "events",
         "generation",
+        "last_event",
         "messages",
         "reset_through",
         "status",
@@ -44,6 +55,8 @@ class _Session:
         self.reset_through: int | None = None
         self.archive: dict[int, Archive] = {}
         self.deliveries: dict[str, JsonValue] = {}
+        self.events: dict[int, tuple[float, JsonValue]] = {}
+        self.last_event = 0
 
 
 class MemoryStore:
@@ -181,6 +194,57 @@ class MemoryStore:
     async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
         s = self._sessions.get(key)
         return copy.deepcopy(s.deliveries.get(turn_id)) if s is not None else None
+
+    async def append_events(
+        self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
+    ) -> list[int]:
+        s = self._session(key)
+        positions = []
+        for body in bodies:
+            s.last_event += 1
+            s.events[s.last_event] = (at, copy.deepcopy(body))
+            positions.append(s.last_event)
+        return positions
+
+    async def read_events(
+        self, key: SessionKey, *, after: int, limit: int
+    ) -> list[tuple[int, JsonValue]]:
+        s = self._sessions.get(key)
+        if s is None:
+            return []
+        kept = sorted(position for position in s.events if position > after)[:limit]
+        return [(position, copy.deepcopy(s.events[position][1])) for position in kept]
+
+    async def event_bounds(self, key: SessionKey) -> LogBounds:
+        s = self._sessions.get(key)
+        if s is None:
+            return LogBounds(first=1, last=0)
+        return LogBounds(first=min(s.events, default=s.last_event + 1), last=s.last_event)
+
+    async def prune_events(self, *, before: float) -> int:
+        pruned = 0
+        for s in self._sessions.values():
+            for position in [p for p, (at, _) in s.events.items() if at < before]:
+                del s.events[position]
+                pruned += 1
+        return pruned
+
+    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
+        found = []
+        for key, s in self._sessions.items():
+            if key.agent != agent or not key.session_id.startswith(prefix):
+                continue
+            first = min(s.turns.values(), key=lambda t: t.seq, default=None)
+            found.append(
+                SessionSummary(
+                    session_id=key.session_id,
+                    status=s.status,
+                    title=first.input.text if first is not None else None,
+                    last_event=s.last_event,
+                    updated_at=max((at for at, _ in s.events.values()), default=None),
+                )
+            )
+        return sorted(found, key=lambda f: (f.updated_at or 0.0, f.session_id), reverse=True)
 
     def _turns_in(self, statuses: frozenset[str]) -> list[tuple[SessionKey, TurnRecord]]:
         found = [

@@ -20,7 +20,15 @@ import aiosqlite
 from agent._json import dumps, loads
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
-from agent.ports import Archive, Commit, LeaseTaken, SessionKey, StoredSession
+from agent.ports import (
+    Archive,
+    Commit,
+    LeaseTaken,
+    LogBounds,
+    SessionKey,
+    SessionSummary,
+    StoredSession,
+)
 from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
 
 __all__ = ["SQLiteStore"]
@@ -135,6 +143,18 @@ MIGRATIONS: tuple[str, ...] = (
         policy TEXT NOT NULL,
         PRIMARY KEY (source, place)
     ) WITHOUT ROWID;
+    """,
+    # the durable log of a session's events, for clients that reconnect; a row's id is
+    # its address as a message's is (session number high, position low), and
+    # ``last_event`` keeps positions rising when pruning empties a session's log
+    """
+    ALTER TABLE sessions ADD COLUMN last_event INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX events_at ON events (at);
     """,
 )
 
@@ -359,6 +379,78 @@ class SQLiteStore:
 
         return await self._run(read)
 
+    async def append_events(
+        self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
+    ) -> list[int]:
+        texts = [dumps(body) for body in bodies]
+        return await self._run(_append_events, self._ids, key, texts, at)
+
+    async def read_events(
+        self, key: SessionKey, *, after: int, limit: int
+    ) -> list[tuple[int, JsonValue]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            sid = self._ids.find(conn, key)
+            if sid is None:
+                return []
+            rows = conn.execute(
+                "SELECT id, body FROM events WHERE id > ? AND id < ? ORDER BY id LIMIT ?",
+                (_event_id(sid, after), _event_id(sid + 1, 0), limit),
+            ).fetchall()
+            return [(row_id & _LOW, body) for row_id, body in rows]
+
+        return [(position, loads(body)) for position, body in await self._run(read)]
+
+    async def event_bounds(self, key: SessionKey) -> LogBounds:
+        def read(conn: sqlite3.Connection) -> LogBounds:
+            sid = self._ids.find(conn, key)
+            if sid is None:
+                return LogBounds(first=1, last=0)
+            [(last,)] = conn.execute("SELECT last_event FROM sessions WHERE id = ?", (sid,))
+            [(first,)] = conn.execute(
+                "SELECT min(id) FROM events WHERE id > ? AND id < ?",
+                (_event_id(sid, 0), _event_id(sid + 1, 0)),
+            )
+            return LogBounds(first=last + 1 if first is None else first & _LOW, last=last)
+
+        return await self._run(read)
+
+    async def prune_events(self, *, before: float) -> int:
+        def prune(conn: sqlite3.Connection) -> int:
+            with _transaction(conn, self._ids):
+                return conn.execute(
+                    "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT ?)",
+                    (before, _PRUNE_BATCH),
+                ).rowcount
+
+        # in batches: the turns of every session wait behind each transaction
+        pruned = batch = await self._run(prune)
+        while batch == _PRUNE_BATCH:
+            batch = await self._run(prune)
+            pruned += batch
+        return pruned
+
+    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT s.session_id, s.status, s.last_event,"
+                " (SELECT max(at) FROM events WHERE id > (s.id << 32) AND id < ((s.id + 1) << 32)),"
+                " (SELECT record FROM turns WHERE session = s.id ORDER BY seq LIMIT 1)"
+                " FROM sessions AS s WHERE s.agent = ? AND substr(s.session_id, 1, ?) = ?",
+                (agent, len(prefix), prefix),
+            ).fetchall()
+
+        found = [
+            SessionSummary(
+                session_id=session_id,
+                status=status,
+                title=TURN_RECORD_ADAPTER.validate_json(record).input.text if record else None,
+                last_event=last_event,
+                updated_at=updated_at,
+            )
+            for session_id, status, last_event, updated_at, record in await self._run(read)
+        ]
+        return sorted(found, key=lambda f: (f.updated_at or 0.0, f.session_id), reverse=True)
+
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""
         if table not in {
@@ -371,6 +463,7 @@ class SQLiteStore:
             "archived_turns",
             "deliveries",
             "leases",
+            "events",
         }:
             raise StoreError(f"no table {table!r}")
         return await self._run(lambda conn: conn.execute(f"SELECT * FROM {table}").fetchall())
@@ -609,6 +702,31 @@ def _save_delivery(
                 " ON CONFLICT (session, turn_id) DO UPDATE SET state = excluded.state",
                 (sid, turn_id, state),
             )
+
+
+_LOW = (1 << 32) - 1
+_PRUNE_BATCH = 2000
+
+
+def _event_id(sid: int, position: int) -> int:
+    return (sid << 32) | position
+
+
+def _append_events(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, bodies: list[str], at: float
+) -> list[int]:
+    with _transaction(conn, ids):
+        sid = ids.ensure(conn, key)
+        [(last,)] = conn.execute("SELECT last_event FROM sessions WHERE id = ?", (sid,))
+        positions = list(range(last + 1, last + 1 + len(bodies)))
+        if positions[-1:] and positions[-1] > _LOW:
+            raise StoreError(f"{key}: its event log is full")
+        conn.executemany(
+            "INSERT INTO events (id, at, body) VALUES (?, ?, ?)",
+            [(_event_id(sid, p), at, body) for p, body in zip(positions, bodies, strict=True)],
+        )
+        conn.execute("UPDATE sessions SET last_event = ? WHERE id = ?", (last + len(bodies), sid))
+        return positions
 
 
 def _claim_delivery(

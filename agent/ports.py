@@ -24,10 +24,12 @@ __all__ = [
     "Commit",
     "EventSink",
     "LeaseTaken",
+    "LogBounds",
     "Model",
     "SessionKey",
     "SessionStatus",
     "SessionStore",
+    "SessionSummary",
     "StoreHandle",
     "StoredMessage",
     "StoredSession",
@@ -106,6 +108,30 @@ class LeaseTaken:
     previous: str | None = None
     """When granted: who held it before (None for nobody, ever). Another holder means
     another process may have written the session since the caller last read it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogBounds:
+    """Where a session's event log stands: what is kept of it, and its last position."""
+
+    first: int
+    """Position of the oldest entry kept; ``last + 1`` when none is kept."""
+    last: int
+    """Position of the newest entry ever logged (0 for none); pruning never lowers it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSummary:
+    """One line of a list of sessions."""
+
+    session_id: str
+    status: SessionStatus
+    title: str | None
+    """The opening text of the first live turn, if any."""
+    last_event: int
+    """Position of the session's newest logged event (0 for none)."""
+    updated_at: float | None
+    """When its newest kept event was logged."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -262,6 +288,34 @@ class SessionStore(Protocol):
 
     async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
         """The delivery state kept for one turn, if any."""
+        ...
+
+    async def append_events(
+        self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
+    ) -> list[int]:
+        """Append events to the session's log in one transaction; return their positions.
+
+        Positions count from 1 per session, with no gaps and never reused, across
+        processes and pruning alike.
+        """
+        ...
+
+    async def read_events(
+        self, key: SessionKey, *, after: int, limit: int
+    ) -> list[tuple[int, JsonValue]]:
+        """Up to ``limit`` kept log entries after position ``after``, oldest first."""
+        ...
+
+    async def event_bounds(self, key: SessionKey) -> LogBounds:
+        """The oldest kept and the newest log position of the session."""
+        ...
+
+    async def prune_events(self, *, before: float) -> int:
+        """Delete every log entry logged before ``before``; return how many went."""
+        ...
+
+    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
+        """The sessions of ``agent`` whose id starts with ``prefix``, newest activity first."""
         ...
 
 

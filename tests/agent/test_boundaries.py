@@ -46,7 +46,8 @@ def test_each_vendor_is_imported_by_one_file_only():
 def test_public_names_are_pinned():
     assert sorted(agent.__all__) == sorted(
         [
-            "DEFAULT_MODEL", "ActionCompleted", "ActionRequested", "Agent", "AgentError",
+            "DEFAULT_MODEL", "DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap",
+            "ActionCompleted", "ActionRequested", "Agent", "AgentError",
             "AgentRuntime", "AnthropicModel", "AnthropicSettings",
             "AgentSession", "AssistantMessage", "Cancelled", "Completed", "ConfigError",
             "EventSink", "Failed", "FatalToolError", "InputRequested", "LeaseLostError",

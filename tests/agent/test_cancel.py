@@ -546,7 +546,7 @@ async def test_a_reset_pending_when_the_process_stopped_is_carried_out_at_the_ne
     with pytest.raises(RuntimeClosedError):
         await resetting
     [(session_row)] = await sqlite_store.dump_table("sessions")
-    assert session_row[-1] == 1  # reset_through: pending, on disk
+    assert session_row[5] == 1  # reset_through: pending, on disk
 
     gates = Gates()
     reopened = await runtime_with(sqlite_store, model, [gates.tool("slow")])

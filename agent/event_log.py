@@ -1,0 +1,263 @@
+"""`EventLog`: a durable log of each session's events, and followers that never miss one.
+
+A client that loses its connection in the middle of a turn asks again from the
+last position it saw and gets everything after it exactly once: what the log
+holds, then live events, with no gap and no repeat between the two. Every event
+but the live deltas is logged; a delta is handed to the followers connected when
+it happens, placed after the logged event it follows (its id is ``"17.3"``: the
+third delta after position 17), so a reconnection resumes deltas from then on.
+
+An event reaches followers only once it is in the log: a position a client saw
+is always one it can ask to continue from, in this process or another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+from agent.events import TURN_EVENT_ADAPTER, TurnEvent
+from agent.ports import SessionKey, SessionStore
+
+__all__ = ["DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap"]
+
+logger = logging.getLogger("agent")
+
+LIVE_ONLY = frozenset({"message.delta", "reasoning.delta"})
+DEFAULT_RETENTION = 7 * 86_400.0
+"""How long logged events are kept, in seconds: a week."""
+READ_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One event as a follower gets it, with where it stands in its session's log."""
+
+    position: int
+    """The log position of the event, or, for a live delta, of the logged event before it."""
+    event: TurnEvent
+    delta: int = 0
+    """For a live delta: its count after ``position``, from 1; 0 for a logged event."""
+
+    @property
+    def id(self) -> str:
+        """What a client sends back to continue after this entry: ``"17"`` or ``"17.3"``."""
+        return f"{self.position}.{self.delta}" if self.delta else str(self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class LogGap:
+    """Entries the follower asked to continue from were pruned: it must reload the session."""
+
+    after: int
+    first_kept: int
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The part of one session's log this process is writing, and who follows it."""
+
+    pending: list[TurnEvent] = field(default_factory=list)
+    writer: asyncio.Task[None] | None = None
+    followers: set[asyncio.Queue[LogEntry]] = field(default_factory=set)
+    last: int | None = None
+    """The last position written by this process, once known."""
+    deltas: int = 0
+
+
+class EventLog:
+    """Logs a runtime's events per session, and serves them to followers.
+
+    Register it as the runtime's sink (``runtime.add_sink(log)``), or let the
+    constructor do it. Use it as an async context manager, or call `close`, so the
+    last events are written before the store closes.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        retention: float = DEFAULT_RETENTION,
+        clock: Callable[[], float] = time.time,
+        poll_seconds: float = 2.0,
+    ) -> None:
+        """Log events into ``store``.
+
+        Args:
+            store: Where the log is kept (the runtime's store).
+            retention: Seconds a logged event is kept; `prune` deletes older ones.
+            clock: Wall-clock seconds; entries are stamped and pruned by it.
+            poll_seconds: How often an idle follower rereads the log, for events
+                another process (on the same database) wrote.
+        """
+        if retention <= 0:
+            raise ValueError("the event log's retention must be a positive number of seconds")
+        self._store = store
+        self._retention = retention
+        self._clock = clock
+        self._poll = poll_seconds
+        self._tails: dict[SessionKey, _Tail] = {}
+        self._closed = False
+
+    # -- writing --------------------------------------------------------------
+
+    def emit(self, event: TurnEvent) -> None:
+        """Queue ``event`` for its session's log (a delta only for the followers)."""
+        if self._closed:
+            return
+        key = SessionKey(event.agent, event.session)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tails[key] = _Tail()
+        tail.pending.append(event)
+        if tail.writer is None:
+            tail.writer = asyncio.get_running_loop().create_task(
+                self._write(key, tail), name=f"event log of {key}"
+            )
+
+    async def _write(self, key: SessionKey, tail: _Tail) -> None:
+        # one writer per session keeps positions in the order the events happened;
+        # what comes while a batch is being written goes in the next batch
+        try:
+            while tail.pending:
+                batch, tail.pending = tail.pending, []
+                logged = [event for event in batch if event.type not in LIVE_ONLY]
+                try:
+                    if tail.last is None:
+                        tail.last = (await self._store.event_bounds(key)).last
+                    positions = await self._store.append_events(
+                        key,
+                        [event.model_dump(mode="json") for event in logged],
+                        at=self._clock(),
+                    )
+                except Exception:
+                    # the turn goes on; a follower misses these, and a reload shows the turn
+                    logger.exception("could not log %d event(s) of %s", len(logged), key)
+                    continue
+                self._publish(tail, batch, iter(positions))
+        finally:
+            tail.writer = None
+            if not tail.followers and not tail.pending:
+                self._tails.pop(key, None)
+
+    def _publish(self, tail: _Tail, batch: list[TurnEvent], positions: Iterator[int]) -> None:
+        for event in batch:
+            if event.type in LIVE_ONLY:
+                tail.deltas += 1
+                entry = LogEntry(tail.last or 0, event, tail.deltas)
+            else:
+                tail.last = next(positions)
+                tail.deltas = 0
+                entry = LogEntry(tail.last, event)
+            for queue in tail.followers:
+                queue.put_nowait(entry)
+
+    async def flush(self) -> None:
+        """Wait until every event emitted so far is written."""
+        while writers := [t.writer for t in self._tails.values() if t.writer is not None]:
+            await asyncio.gather(*writers, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Write what is pending, then take no more events."""
+        await self.flush()
+        self._closed = True
+
+    async def __aenter__(self) -> EventLog:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- reading --------------------------------------------------------------
+
+    async def last_position(self, key: SessionKey) -> int:
+        """The session's newest logged position (0 for none)."""
+        return (await self._store.event_bounds(key)).last
+
+    async def follow(
+        self, key: SessionKey, *, after: int = 0
+    ) -> AsyncIterator[LogEntry | LogGap | None]:
+        """Every event of the session after position ``after``: logged, then live, forever.
+
+        Yields a `LogGap` first when entries after ``after`` were pruned, and None
+        whenever nothing happened for a poll period (a moment for a keep-alive).
+        """
+        queue: asyncio.Queue[LogEntry] = asyncio.Queue()
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tails[key] = _Tail()
+        # listen before reading: what is logged meanwhile is in both, and skipped once
+        tail.followers.add(queue)
+        try:
+            bounds = await self._store.event_bounds(key)
+            position = max(0, after)
+            if position < bounds.first - 1:
+                yield LogGap(after=position, first_kept=bounds.first)
+                position = bounds.first - 1
+            async for entry in self._read_after(key, position):
+                position = entry.position
+                yield entry
+            while True:
+                try:
+                    entry = await asyncio.wait_for(queue.get(), self._poll)
+                except TimeoutError:
+                    found = False
+                    async for entry in self._read_after(key, position):
+                        position, found = entry.position, True
+                        yield entry
+                    if not found:
+                        yield None
+                    continue
+                if entry.delta:
+                    if entry.position == position:  # an older one's text is logged already
+                        yield entry
+                    continue
+                if entry.position <= position:
+                    continue
+                if entry.position > position + 1:
+                    # another process logged the ones in between
+                    async for missed in self._read_after(key, position, before=entry.position):
+                        yield missed
+                position = entry.position
+                yield entry
+        finally:
+            tail.followers.discard(queue)
+            if tail.writer is None and not tail.followers and not tail.pending:
+                with contextlib.suppress(KeyError):
+                    if self._tails[key] is tail:
+                        del self._tails[key]
+
+    async def _read_after(
+        self, key: SessionKey, position: int, *, before: int | None = None
+    ) -> AsyncIterator[LogEntry]:
+        while True:
+            rows = await self._store.read_events(key, after=position, limit=READ_PAGE)
+            for row_position, body in rows:
+                if before is not None and row_position >= before:
+                    return
+                position = row_position
+                yield LogEntry(row_position, TURN_EVENT_ADAPTER.validate_python(body))
+            if len(rows) < READ_PAGE:
+                return
+
+    # -- retention ------------------------------------------------------------
+
+    async def prune(self) -> int:
+        """Delete entries older than the retention; return how many went."""
+        pruned = await self._store.prune_events(before=self._clock() - self._retention)
+        if pruned:
+            logger.info("pruned %d logged event(s) older than the retention", pruned)
+        return pruned
+
+    async def prune_every(self, seconds: float) -> None:
+        """Prune now and then every ``seconds``, until cancelled; failures are logged."""
+        while True:
+            try:
+                await self.prune()
+            except Exception:
+                logger.exception("could not prune the event log")
+            await asyncio.sleep(seconds)

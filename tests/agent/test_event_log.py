@@ -1,0 +1,253 @@
+"""The durable event log: positions, catch-up after a reconnection, retention, other writers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    EventLog,
+    LogEntry,
+    LogGap,
+    MemoryStore,
+    SQLiteStore,
+    ToolContext,
+    tool,
+)
+from agent.ports import SessionKey
+from agent.testing import ScriptedModel, call, reply
+
+KEY = SessionKey("a", "s1")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_store_numbers_each_sessions_log_and_never_reuses_a_position(store):
+    other = SessionKey("a", "s2")
+    assert await store.event_bounds(KEY) == await store.event_bounds(other)
+    assert (await store.event_bounds(KEY)).last == 0
+
+    assert await store.append_events(KEY, [{"n": 1}, {"n": 2}], at=10.0) == [1, 2]
+    assert await store.append_events(other, [{"n": 1}], at=10.0) == [1]
+    assert await store.append_events(KEY, [{"n": 3}], at=20.0) == [3]
+    assert await store.read_events(KEY, after=1, limit=10) == [(2, {"n": 2}), (3, {"n": 3})]
+    assert await store.read_events(KEY, after=0, limit=1) == [(1, {"n": 1})]
+
+    assert await store.prune_events(before=15.0) == 3  # both sessions' old entries
+    bounds = await store.event_bounds(KEY)
+    assert (bounds.first, bounds.last) == (3, 3)
+    assert await store.prune_events(before=25.0) == 1
+    bounds = await store.event_bounds(KEY)
+    assert (bounds.first, bounds.last) == (4, 3)  # nothing kept, and the count goes on
+    assert await store.append_events(KEY, [{"n": 4}], at=30.0) == [4]
+
+
+async def test_sessions_are_listed_by_prefix_newest_first_with_their_first_words(store):
+    model = ScriptedModel(lambda request: reply("ok"))
+    clock = Clock()
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store, clock=clock)
+        runtime.add_sink(log)
+        await runtime.session("a", "http:one").turn("first words")
+        await log.flush()
+        clock.now += 5
+        await runtime.session("a", "http:two").turn("second")
+        await runtime.session("a", "http:two").turn("later")
+        await runtime.session("a", "slack:T:C:1").turn("not mine")
+        await runtime.session("a", "http_x").turn("nor this")
+        await log.close()
+
+    listed = await store.list_sessions("a", prefix="http:")
+    assert [(s.session_id, s.title, s.status) for s in listed] == [
+        ("http:two", "second", "idle"),
+        ("http:one", "first words", "idle"),
+    ]
+    assert listed[0].updated_at == clock.now
+    assert listed[0].last_event == 2 * 3  # started, completed (a message and the turn)
+    assert await store.list_sessions("b") == []
+
+
+async def test_every_event_but_the_deltas_is_logged_in_order_and_followers_get_deltas_in_place(
+    store,
+):
+    @tool
+    def note(text: str, ctx: ToolContext) -> str:
+        """Keep a note."""
+        return text
+
+    def script(request):
+        if len(request.messages) == 1:
+            return reply("Noting.", call("note", {"text": "x"}))
+        return reply("All done here.")
+
+    agent = Agent(name="a", model=ScriptedModel(script, chunk=4), tools=[note])
+    async with AgentRuntime(store, agent) as runtime, EventLog(store) as log:
+        runtime.add_sink(log)
+        followed: list[LogEntry] = []
+
+        async def follow() -> None:
+            async for entry in log.follow(KEY):
+                assert isinstance(entry, LogEntry)
+                followed.append(entry)
+                if entry.event.type == "turn.completed":
+                    return
+
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0)  # it listens before the turn starts
+        await runtime.session("a", "s1").turn("hi")
+        await asyncio.wait_for(follower, 5)
+
+    logged = [(p, body["type"]) for p, body in await store.read_events(KEY, after=0, limit=99)]
+    assert logged == [
+        (1, "turn.started"),
+        (2, "message.completed"),
+        (3, "action.requested"),
+        (4, "action.completed"),
+        (5, "message.completed"),
+        (6, "turn.completed"),
+    ]
+    assert [(e.position, e.event.type) for e in followed if not e.delta] == logged
+    deltas = [e for e in followed if e.delta]
+    # each reply's deltas come before the message they make up, after the event before it
+    assert [e.id for e in deltas] == ["1.1", "1.2", "4.1", "4.2", "4.3", "4.4"]
+    assert "".join(e.event.text for e in deltas if e.position == 4) == "All done here."
+    ids = [e.id for e in followed]
+    assert ids.index("1.2") < ids.index("2")
+    assert ids.index("4.4") < ids.index("5")
+
+
+async def test_a_reconnection_with_the_last_id_seen_misses_nothing_and_repeats_nothing(store):
+    gate = asyncio.Event()
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        """Wait for the gate."""
+        await gate.wait()
+        return "through"
+
+    def script(request):
+        if len(request.messages) == 1:
+            return reply("Working.", call("slow"))
+        return reply("Finished.")
+
+    agent = Agent(name="a", model=ScriptedModel(script), tools=[slow])
+    async with AgentRuntime(store, agent) as runtime, EventLog(store) as log:
+        runtime.add_sink(log)
+        session = runtime.session("a", "s1")
+        first: list[LogEntry] = []
+        running = asyncio.Event()
+
+        async def first_connection() -> None:
+            async for entry in log.follow(KEY):
+                if isinstance(entry, LogEntry):
+                    first.append(entry)
+                    if entry.event.type == "action.requested":
+                        running.set()
+                        return  # the connection drops while the tool runs
+
+        connection = asyncio.create_task(first_connection())
+        await asyncio.sleep(0)
+        turn_id = await session.start("go")
+        await asyncio.wait_for(running.wait(), 5)
+        await connection
+        last_seen = first[-1].id
+        gate.set()  # the turn goes on while nobody is connected
+        await session.result(turn_id)
+        await log.flush()
+
+        second: list[LogEntry] = []
+        async for entry in log.follow(KEY, after=int(last_seen.split(".")[0])):
+            assert isinstance(entry, LogEntry)
+            second.append(entry)
+            if entry.event.type == "turn.completed":
+                break
+
+    logged = [p for p, _ in await store.read_events(KEY, after=0, limit=99)]
+    seen = [e.position for e in first + second if not e.delta]
+    assert seen == logged  # every logged event once, in order, across both connections
+    assert [e.event.type for e in second] == [
+        "action.completed",
+        "message.completed",
+        "turn.completed",
+    ]
+
+
+async def test_a_follower_from_before_the_retention_is_told_of_the_gap(store):
+    clock = Clock()
+    model = ScriptedModel(lambda request: reply("ok"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store, clock=clock, retention=3600)
+        runtime.add_sink(log)
+        await runtime.session("a", "s1").turn("old")
+        await log.flush()
+        clock.now += 7200
+        await runtime.session("a", "s1").turn("new")
+        await log.flush()
+        assert await log.prune() == 3  # the old turn's events: started, message, completed
+        assert await log.prune() == 0
+
+        entries = []
+        async for entry in log.follow(KEY, after=1):
+            entries.append(entry)
+            if isinstance(entry, LogEntry) and entry.event.type == "turn.completed":
+                break
+        await log.close()
+
+    assert entries[0] == LogGap(after=1, first_kept=4)
+    assert [e.position for e in entries[1:]] == [4, 5, 6]
+
+
+async def test_events_another_process_logs_reach_a_follower_here(tmp_path):
+    path = tmp_path / "s.db"
+    here, there = await SQLiteStore.open(path), await SQLiteStore.open(path)
+    try:
+        log = EventLog(here, poll_seconds=0.02)
+        model = ScriptedModel(lambda request: reply("from elsewhere"))
+        entries: list[LogEntry] = []
+
+        async def follow() -> None:
+            async for entry in log.follow(KEY):
+                if isinstance(entry, LogEntry):
+                    entries.append(entry)
+                    if entry.event.type == "turn.completed":
+                        return
+
+        follower = asyncio.create_task(follow())
+        async with AgentRuntime(there, Agent(name="a", model=model)) as elsewhere:
+            other_log = EventLog(there)
+            elsewhere.add_sink(other_log)
+            await elsewhere.session("a", "s1").turn("hi")
+            await other_log.close()
+        await asyncio.wait_for(follower, 5)
+    finally:
+        await here.close()
+        await there.close()
+    assert [e.event.type for e in entries] == [
+        "turn.started",
+        "message.completed",
+        "turn.completed",
+    ]
+    assert [e.position for e in entries] == [1, 2, 3]
+
+
+async def test_a_store_that_fails_to_log_loses_no_turn():
+    class FailingLog(MemoryStore):
+        async def append_events(self, key, bodies, *, at):
+            raise OSError("disk full")
+
+    store = FailingLog()
+    async with AgentRuntime(
+        store, Agent(name="a", model=ScriptedModel(lambda r: reply("ok")))
+    ) as rt:
+        log = EventLog(store)
+        rt.add_sink(log)
+        done = await rt.session("a", "s1").turn("hi")
+        await log.close()
+    assert done.text == "ok"
