@@ -1,4 +1,4 @@
-"""``python -m bot``: run the bot (a terminal chat when there are no Slack credentials)."""
+"""``python -m bot``: run the bot; with no Slack credentials, the web console and the API."""
 
 from __future__ import annotations
 
@@ -108,6 +108,14 @@ def fire_schedule(settings: Settings, name: str) -> int:
     return 0
 
 
+USAGE = """\
+Usage: python -m bot                    serve Slack, or (with no Slack credentials) the web console
+       python -m bot chat [LINE...]     chat in this terminal
+       python -m bot schedules          each schedule and its next firing
+       python -m bot run-schedule NAME  fire a schedule now
+       python -m bot policies           what turns in each channel run under"""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = sys.argv[1:] if argv is None else argv
@@ -126,17 +134,25 @@ def main(argv: list[str] | None = None) -> int:
             print("Usage: python -m bot run-schedule NAME", file=sys.stderr)
             return 2
         return fire_schedule(settings, args[1])
-    if settings.has_slack:
-        from bot.slack.serve import serve_slack  # Bolt and aiohttp: only when serving Slack
-
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        try:
-            asyncio.run(serve_slack(settings))
-        except ConfigError as exc:
-            print(f"Cannot start: {exc}", file=sys.stderr)
-            return 2
+    if args[:1] == ["chat"]:
+        asyncio.run(run_terminal(settings, args[1:] or None))
         return 0
-    asyncio.run(run_terminal(settings, args or None))
+    if args:
+        print(USAGE, file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if settings.has_slack:
+            from bot.slack.serve import serve_slack  # Bolt: only when serving Slack
+
+            asyncio.run(serve_slack(settings))
+        else:
+            from bot.web.serve import serve_local
+
+            asyncio.run(serve_local(settings))
+    except ConfigError as exc:
+        print(f"Cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

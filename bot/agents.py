@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent import Agent, Model, SurfacePolicy, Tool
 from bot.config import Settings
-from bot.offline import offline_model, remember
+from bot.offline import LOCAL_TOOLS, offline_model
 
 __all__ = ["AGENT_NAME", "INSTRUCTIONS_FOLDER", "build_agent"]
 
@@ -44,6 +44,6 @@ def build_agent(
         INSTRUCTIONS_FOLDER,
         name=AGENT_NAME,
         model=model,
-        tools=list(slack_tools) if slack_tools is not None else [remember],
+        tools=list(slack_tools) if slack_tools is not None else LOCAL_TOOLS,
         surfaces=dict(surfaces or {}),
     )

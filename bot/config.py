@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -15,6 +17,8 @@ from agent.store import database_path
 __all__ = ["Settings", "load_settings"]
 
 SLACK_API_URL = "https://slack.com/api/"
+MIN_TOKEN_LENGTH = 24
+PRINCIPAL = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 class Settings(BaseSettings):
@@ -32,6 +36,10 @@ class Settings(BaseSettings):
     port: int = 3000
     """Where ``POST /slack/events`` and ``GET /healthz`` are served (HTTP mode)."""
     database_url: str = "sqlite:///data/bot.db"
+    api_tokens: SecretStr | None = None
+    """A JSON object of bearer token to principal id; unset, the API serves loopback only."""
+    event_log_retention_hours: float = 168.0
+    """How long the API's event log keeps each event for clients that reconnect."""
     bot_config: Path | None = None
     """A TOML file of channel policies and schedules."""
 
@@ -54,6 +62,7 @@ class Settings(BaseSettings):
         "slack_signing_secret",
         "slack_app_token",
         "anthropic_api_key",
+        "api_tokens",
         mode="before",
     )
     @classmethod
@@ -89,7 +98,45 @@ class Settings(BaseSettings):
             )
         if self.bot_config is not None:
             found += _config_file_problems(self.bot_config)
+        try:
+            self.api_principals()
+        except ConfigError as exc:
+            found.append(str(exc))
+        if not self.event_log_retention_hours > 0:
+            found.append("EVENT_LOG_RETENTION_HOURS must be a positive number of hours")
         return found
+
+    def api_principals(self) -> dict[str, str]:
+        """Who each API bearer token speaks for; empty when API_TOKENS is unset.
+
+        Raises:
+            ConfigError: API_TOKENS is not a JSON object of long tokens to principal ids
+                (the message never quotes a token).
+        """
+        if self.api_tokens is None:
+            return {}
+        try:
+            parsed = json.loads(self.api_tokens.get_secret_value())
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict) or not parsed:
+            raise ConfigError(
+                "API_TOKENS must be a JSON object of bearer token to principal id, such as "
+                '{"<a long random token>": "ana"}'
+            )
+        for number, (token, principal) in enumerate(parsed.items(), start=1):
+            if not isinstance(principal, str) or not PRINCIPAL.fullmatch(principal):
+                raise ConfigError(
+                    f"API_TOKENS: the principal of token {number} must be 1-64 letters, "
+                    "digits or . _ @ -"
+                )
+            if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+                raise ConfigError(
+                    f"API_TOKENS: token {number} (of {principal}) must be at least "
+                    f"{MIN_TOKEN_LENGTH} characters with no spaces (python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))' makes one)"
+                )
+        return dict(parsed)
 
     def _slack_problems(self) -> list[str]:
         bot, signing, app = self.slack_bot_token, self.slack_signing_secret, self.slack_app_token

@@ -11,16 +11,13 @@ if TYPE_CHECKING:
     from bot.policies import ChannelPolicy
 
 NEEDS_CREDENTIALS = """\
-No Slack credentials found, so this runs the engine offline instead.
-
 For the real bot, create the Slack app from manifest.yml
 (https://api.slack.com/apps -> Create New App -> From an app manifest), install it,
 then set in the environment or a .env file:
   SLACK_BOT_TOKEN       xoxb-... (OAuth & Permissions)
   SLACK_SIGNING_SECRET  (Basic Information) for HTTP events, or
   SLACK_APP_TOKEN       xapp-... (Socket Mode, no public URL needed)
-  ANTHROPIC_API_KEY     for Claude (without it, replies come from an offline model;
-                        with it and no Slack credentials, this terminal chat uses Claude)
+  ANTHROPIC_API_KEY     for Claude (without it, an offline demonstration model answers)
 """
 
 NO_CONFIG = "No schedules: set BOT_CONFIG to a TOML file with [[schedules]] entries."
@@ -28,6 +25,23 @@ SCHEDULES_NEED_SLACK = (
     "a schedule posts into Slack: set SLACK_BOT_TOKEN with SLACK_SIGNING_SECRET or "
     "SLACK_APP_TOKEN (see manifest.yml)"
 )
+
+
+def local_mode(address: str, model: str, offline: bool, database: str) -> str:
+    """What ``python -m bot`` says when it serves the console (no Slack credentials)."""
+    answering = (
+        f"{model}: it says so in every reply, and still runs a tool, an approval and "
+        "a note for real"
+        if offline
+        else f"Claude ({model})"
+    )
+    return (
+        f"No Slack credentials found: serving the web console and the API.\n\n"
+        f"  Open {address} in your browser (the API is under {address}api/).\n\n"
+        f"Answering: {answering}.\n"
+        f"Each message is a durable turn stored in {database}; stop this process at any\n"
+        "point and start it again: unfinished turns resume. Ctrl+C stops.\n\n" + NEEDS_CREDENTIALS
+    )
 
 
 def offline_intro(database: str) -> str:

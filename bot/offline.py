@@ -1,37 +1,103 @@
-"""What runs with no credentials: a scripted model and a note-taking tool.
+"""What runs with no credentials: a demonstration model and three small tools.
 
-It is the engine for real (SQLite store, checkpoints, recovery); only the model
-is scripted, so a newcomer can see a durable turn before they have any keys.
+It is the engine for real (SQLite store, checkpoints, recovery, an approval that
+parks the turn); only the model is scripted, and it says so in every reply, so a
+newcomer can try the whole flow before they have any keys.
 """
 
 from __future__ import annotations
 
-from agent import ModelReply, ModelRequest, ToolContext, ToolMessage, tool
+from agent import (
+    EXPIRED,
+    ModelReply,
+    ModelRequest,
+    ToolContext,
+    ToolMessage,
+    UserMessage,
+    tool,
+)
 from agent.testing import ScriptedModel, call, reply
 
-__all__ = ["offline_model", "remember"]
+__all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]
+
+DEMO_MODEL_NAME = "offline demo model"
+INTRO = "(Offline demo model, not Claude: set ANTHROPIC_API_KEY for real answers.)"
+HINT = "Say “share …” to try an approval, or ask “what do you remember?”."
+
+_NOTES = "CREATE TABLE IF NOT EXISTS notes (session TEXT NOT NULL, note TEXT NOT NULL)"
 
 
 @tool
 def remember(note: str, ctx: ToolContext) -> dict[str, int]:
-    """Keep a note in this session's notebook; returns how many notes it holds."""
-    ctx.store.execute(
-        "CREATE TABLE IF NOT EXISTS notes (session TEXT NOT NULL, note TEXT NOT NULL)"
-    )
+    """Keep a note in this conversation's notebook; returns how many notes it holds."""
+    # a local tool: the note commits with the step, exactly once, whatever crashes
+    ctx.store.execute(_NOTES)
     ctx.store.execute("INSERT INTO notes VALUES (?, ?)", [ctx.session_id, note])
     [(count,)] = ctx.store.execute("SELECT count(*) FROM notes WHERE session = ?", [ctx.session_id])
     return {"notes": count}
 
 
+@tool
+def recall(ctx: ToolContext) -> dict[str, list[str]]:
+    """Read back every note of this conversation's notebook, oldest first."""
+    ctx.store.execute(_NOTES)
+    rows = ctx.store.execute(
+        "SELECT note FROM notes WHERE session = ? ORDER BY rowid", [ctx.session_id]
+    )
+    return {"notes": [str(note) for (note,) in rows]}
+
+
+@tool
+async def share_note(note: str, ctx: ToolContext) -> dict[str, bool]:
+    """Share a note once the person approves. A demonstration: nothing leaves this machine."""
+    approved = await ctx.request_input(
+        id="share",
+        prompt=f"Share this note? “{note}” (a demonstration: nothing leaves this machine)",
+        schema={"type": "boolean"},
+    )
+    return {"shared": approved is True, "expired": approved == EXPIRED}
+
+
+LOCAL_TOOLS = [remember, recall, share_note]
+"""The tools of a turn that is not in Slack (the web console, the terminal chat)."""
+
+
+def _asked(request: ModelRequest) -> str:
+    """The person's message this turn answers."""
+    for message in reversed(request.messages):
+        if isinstance(message, UserMessage):
+            return message.text
+    return ""
+
+
 def _answer(request: ModelRequest) -> ModelReply:
     last = request.messages[-1]
+    asked = _asked(request)
+    offered = {spec.name for spec in request.tools}
+    wants_share = asked.lower().lstrip().startswith("share") and "share_note" in offered
     if isinstance(last, ToolMessage):
-        count = last.result.get("notes", "?") if isinstance(last.result, dict) else "?"
-        return reply(f"Done. This session's notebook now holds {count} note(s).")
-    text = getattr(last, "text", "")
-    return reply(f"Noting that down: {text!r}.", call("remember", {"note": text}))
+        result = last.result if isinstance(last.result, dict) else {}
+        if last.name == "remember" and wants_share:
+            return reply("Asking you before I share it.", call("share_note", {"note": asked}))
+        if last.name == "remember":
+            hint = f" {HINT}" if "share_note" in offered else ""
+            return reply(f"Noted: the notebook holds {result.get('notes', '?')} note(s).{hint}")
+        if last.name == "recall":
+            notes = result.get("notes") or []
+            listed = "\n".join(f"- {note}" for note in notes) if notes else "nothing yet"
+            return reply(f"Here is what I remember:\n{listed}")
+        if last.name == "share_note" and result.get("shared"):
+            return reply("Shared (in this demonstration, that means nothing left your machine).")
+        if last.name == "share_note":
+            why = "the request expired" if result.get("expired") else "you said no"
+            return reply(f"Not shared: {why}. The note stays in the notebook.")
+        return reply(f"The {last.name} tool answered: {last.result}")
+    wants_recall = "remember?" in asked.lower() or asked.lower().strip().startswith("recall")
+    if wants_recall and "recall" in offered:
+        return reply(f"{INTRO} Reading the notebook.", call("recall", {}))
+    return reply(f"{INTRO} Noting that down.", call("remember", {"note": asked}))
 
 
 def offline_model() -> ScriptedModel:
-    """The credential-free model: every message becomes a durable note."""
+    """The credential-free model: notes every message, and asks before it shares one."""
     return ScriptedModel(_answer, chunk=6)

@@ -31,6 +31,10 @@ class _Printer:
             sys.stdout.write(f"\n  -> {event.name}({event.input})")
         elif event.type == "action.completed":
             sys.stdout.write(f"  = {event.error or event.result}\n")
+        elif event.type == "input.requested":
+            sys.stdout.write(
+                f"\n  [waiting: {event.request['prompt']}; answer it in the web console]\n"
+            )
         elif event.type == "turn.completed":
             self._attempt = 1
             sys.stdout.write("\n")

@@ -251,3 +251,47 @@ async def test_a_store_that_fails_to_log_loses_no_turn():
         done = await rt.session("a", "s1").turn("hi")
         await log.close()
     assert done.text == "ok"
+
+
+async def test_events_logged_while_a_follower_reads_the_log_reach_it_once(tmp_path):
+    class SlowReads(SQLiteStore):
+        """Holds the first read of the log until a turn has logged and sent more."""
+
+        reading = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def read_events(self, key, *, after, limit):
+            if not self.reading.is_set():
+                self.reading.set()
+                await self.go_on.wait()
+            return await super().read_events(key, after=after, limit=limit)
+
+    store = await SlowReads.open(tmp_path / "s.db")
+    model = ScriptedModel(lambda request: reply("hello there"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store)
+        runtime.add_sink(log)
+        await runtime.session("a", "s1").turn("first")  # positions 1-3
+        await log.flush()
+        entries: list[LogEntry] = []
+
+        async def follow() -> None:
+            async for entry in log.follow(KEY):
+                if isinstance(entry, LogEntry):
+                    entries.append(entry)
+                    if entry.position == 9:
+                        return
+
+        follower = asyncio.create_task(follow())
+        await store.reading.wait()  # it listens; 4-6 are logged and sent before it reads
+        await runtime.session("a", "s1").turn("second")
+        await log.flush()
+        store.go_on.set()
+        await runtime.session("a", "s1").turn("third")  # 7-9, live
+        await asyncio.wait_for(follower, 5)
+        await log.close()
+    await store.close()
+
+    assert [e.position for e in entries if not e.delta] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # the second turn's deltas came before the messages it read: only the third's are live
+    assert {e.position for e in entries if e.delta} == {7}

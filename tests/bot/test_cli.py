@@ -30,8 +30,8 @@ def run_bot(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_without_credentials_it_says_what_it_needs_and_runs_durable_turns(tmp_path):
     env = {"DATABASE_URL": f"sqlite:///{tmp_path}/bot.db"}
 
-    first = run_bot("note one", env=env)
-    second = run_bot("note two", env=env)
+    first = run_bot("chat", "note one", env=env)
+    second = run_bot("chat", "note two", env=env)
 
     assert first.returncode == 0, first.stderr
     assert "SLACK_BOT_TOKEN" in first.stdout
@@ -42,7 +42,7 @@ def test_without_credentials_it_says_what_it_needs_and_runs_durable_turns(tmp_pa
 
 
 def test_malformed_database_url_stops_with_one_clear_message(tmp_path):
-    result = run_bot(env={"DATABASE_URL": "postgres://nowhere/db"})
+    result = run_bot("chat", env={"DATABASE_URL": "postgres://nowhere/db"})
 
     assert result.returncode == 2
     assert "DATABASE_URL must look like sqlite:///" in result.stderr
@@ -81,6 +81,7 @@ async def chat_with_claude(
 ) -> tuple[int, str, str]:
     """One line of the terminal chat, with Claude's API at ``api``."""
     return await run_bot_async(
+        "chat",
         line,
         env={
             "DATABASE_URL": f"sqlite:///{folder}/bot.db",
@@ -102,7 +103,7 @@ async def test_with_an_anthropic_key_the_terminal_chats_with_claude(tmp_path):
     assert "The deploy is on Friday." in out
     [body] = api.requests
     assert body["messages"][0]["content"][0]["text"] == "When is the deploy?"
-    assert [t["name"] for t in body["tools"]] == ["remember"]
+    assert [t["name"] for t in body["tools"]] == ["remember", "recall", "share_note"]
 
 
 async def test_a_rejected_key_is_reported_in_the_chat_without_the_key(tmp_path):
@@ -133,6 +134,7 @@ def test_anthropic_settings_the_api_would_refuse_stop_the_bot_at_start(tmp_path)
 async def test_model_tokens_and_thinking_come_from_the_environment(tmp_path):
     async with FakeAnthropic(api_key="sk-ant-test") as api:
         code, _, err = await run_bot_async(
+            "chat",
             "hi",
             env={
                 "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
@@ -154,7 +156,7 @@ async def test_model_tokens_and_thinking_come_from_the_environment(tmp_path):
 
 def test_a_blank_anthropic_key_means_no_key(tmp_path):
     result = run_bot(
-        "note", env={"DATABASE_URL": f"sqlite:///{tmp_path}/b.db", "ANTHROPIC_API_KEY": " "}
+        "chat", "note", env={"DATABASE_URL": f"sqlite:///{tmp_path}/b.db", "ANTHROPIC_API_KEY": " "}
     )
     assert result.returncode == 0, result.stderr
     assert "holds 1 note(s)" in result.stdout  # the offline agent answered

@@ -181,7 +181,7 @@ async def test_the_bot_process_answers_a_mention_and_stops_cleanly_on_sigterm(
     assert await post_signed(bot.port, envelope) == 200
 
     [answer] = [m.text for m in await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)]
-    assert "notebook now holds 1 note(s)" in answer
+    assert "notebook holds 1 note(s)" in answer
     began = time.monotonic()
     bot.proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(10):

@@ -1,0 +1,415 @@
+"""The API under ``/api``: turns, answers, cancels and resets, and each session's event stream.
+
+The API's sessions are the engine's ``http:<id>`` sessions, so no API call can
+reach a Slack thread. The principal a token speaks for is the attested speaker
+of the turns it starts and the ``by`` of its answers: a request to approve is
+answered by whoever started the turn, as in Slack.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent import (
+    AgentError,
+    AgentRuntime,
+    AgentSession,
+    AssistantMessage,
+    AuthorizeAnswerError,
+    Cancelled,
+    Completed,
+    ConflictError,
+    EventLog,
+    Failed,
+    InboundEvent,
+    InvalidAnswerError,
+    LogEntry,
+    Message,
+    PolicyAnswerer,
+    ResumeAuthorizationError,
+    RuntimeClosedError,
+    Suspended,
+    ToolMessage,
+    TriggerMessage,
+    TurnInput,
+    TurnPolicy,
+    TurnResult,
+    UnknownTurnError,
+    UserMessage,
+    grant_answer,
+)
+from agent.events import TERMINAL_EVENT_TYPES
+from agent.messages import JsonValue
+from agent.ports import SessionKey
+from agent.turns import TURN_STATUSES_UNFINISHED
+from bot.web.auth import ApiAuth
+from bot.web.errors import ApiError, error_response
+from bot.web.sse import EventStream, parse_last_event_id
+
+__all__ = ["SESSION_PREFIX", "SOURCE", "Api", "api_app"]
+
+logger = logging.getLogger("bot.web")
+
+SOURCE = "http"
+SESSION_PREFIX = "http:"
+SESSION_ID_PATTERN = r"[A-Za-z0-9._:\-]{1,128}"
+MAX_TEXT = 40_000
+MAX_BODY = 256 * 1024
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Api:
+    """What the API serves: one agent's sessions on a runtime, and their event log."""
+
+    runtime: AgentRuntime
+    agent: str
+    log: EventLog
+    auth: ApiAuth
+    policy: TurnPolicy
+    """What the API's turns run under (the agent's ``http`` source policy)."""
+    model: str
+    """What answers, as people should read it."""
+    offline: bool
+
+
+class _TurnBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    turn_id: str | None = Field(default=None, pattern=f"^{SESSION_ID_PATTERN}$")
+    replace: bool = False
+
+
+class _ResumeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_id: str = Field(min_length=1, max_length=200)
+    value: JsonValue
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def api_app(api: Api) -> web.Application:
+    """The API as an aiohttp sub-application, to be added under ``/api``."""
+    app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY)
+    session = "/sessions/{session:" + SESSION_ID_PATTERN + "}"
+    turn = session + "/turns/{turn_id:" + SESSION_ID_PATTERN + "}"
+    routes: list[tuple[str, str, Callable[[Api, web.Request], Awaitable[web.StreamResponse]]]] = [
+        ("GET", "/info", _info),
+        ("GET", "/sessions", _list_sessions),
+        ("GET", session, _describe_session),
+        ("GET", session + "/transcript", _transcript),
+        ("GET", session + "/events", _events),
+        ("POST", session + "/turns", _start_turn),
+        ("POST", turn + "/resume", _resume),
+        ("POST", turn + "/cancel", _cancel),
+        ("POST", session + "/reset", _reset),
+    ]
+    for method, path, handler in routes:
+        app.router.add_route(method, path, _bound(api, handler))
+    return app
+
+
+def _bound(
+    api: Api, handler: Callable[[Api, web.Request], Awaitable[web.StreamResponse]]
+) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await handler(api, request)
+
+    return handle
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:  # the router's own 404 and 405, in our shape
+        if exc.status < 400:
+            raise
+        return error_response(ApiError(exc.status, "not_found", exc.reason))
+    except ResumeAuthorizationError as exc:
+        return error_response(ApiError(403, "forbidden", str(exc)))
+    except (ConflictError, InvalidAnswerError, AuthorizeAnswerError, UnknownTurnError) as exc:
+        status, code = _status_of(exc)
+        return error_response(ApiError(status, code, str(exc)))
+    except RuntimeClosedError:
+        return error_response(ApiError(503, "unavailable", "the bot is stopping; try again"))
+    except AgentError as exc:
+        logger.warning("%s %s failed: %s", request.method, request.path, exc)
+        return error_response(ApiError(500, "internal", str(exc)))
+    except Exception:
+        logger.exception("%s %s failed", request.method, request.path)
+        return error_response(ApiError(500, "internal", "the bot failed on this request"))
+
+
+def _status_of(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, UnknownTurnError):
+        return 404, "not_found"
+    if isinstance(exc, InvalidAnswerError):
+        return 400, "invalid_answer"
+    if isinstance(exc, AuthorizeAnswerError):
+        return 500, "answer_not_applied"
+    return 409, "conflict"
+
+
+# -- reading -------------------------------------------------------------------
+
+
+async def _info(api: Api, request: web.Request) -> web.Response:
+    principal = api.auth.principal(request)
+    return web.json_response(
+        {
+            "agent": api.agent,
+            "model": api.model,
+            "offline": api.offline,
+            "principal": principal,
+            "auth": "local" if api.auth.is_local else "token",
+        }
+    )
+
+
+async def _list_sessions(api: Api, request: web.Request) -> web.Response:
+    api.auth.principal(request)
+    found = await api.runtime.store.list_sessions(api.agent, prefix=SESSION_PREFIX)
+    return web.json_response(
+        {
+            "sessions": [
+                {
+                    "session": summary.session_id.removeprefix(SESSION_PREFIX),
+                    "status": summary.status,
+                    "title": summary.title,
+                    "updated_at": summary.updated_at,
+                    "last_event_id": summary.last_event,
+                }
+                for summary in found
+            ]
+        }
+    )
+
+
+async def _describe_session(api: Api, request: web.Request) -> web.Response:
+    api.auth.principal(request)
+    session = _session(api, request)
+    parked = await session.parked()
+    pending = None
+    if parked is not None:
+        pending = {"turn_id": parked.turn_id, **parked.request.as_dict()}
+    return web.json_response(
+        {
+            "session": request.match_info["session"],
+            "status": await session.status(),
+            "turns": [
+                {
+                    "turn_id": record.turn_id,
+                    "seq": record.seq,
+                    "status": record.status,
+                    "text": record.input.text,
+                    "by": record.input.user,
+                }
+                for record in await session.turns()
+            ],
+            "pending": pending,
+            "last_event_id": await api.log.last_position(session.key),
+        }
+    )
+
+
+async def _transcript(api: Api, request: web.Request) -> web.Response:
+    api.auth.principal(request)
+    messages = await _session(api, request).transcript()
+    return web.json_response({"messages": [_message(m) for m in messages]})
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if isinstance(message, UserMessage):
+        return {
+            "role": "user",
+            "turn_id": message.turn_id,
+            "text": message.text,
+            "user": message.user,
+        }
+    if isinstance(message, TriggerMessage):
+        return {
+            "role": "trigger",
+            "turn_id": message.turn_id,
+            "text": message.text,
+            "by": message.by,
+        }
+    if isinstance(message, AssistantMessage):
+        return {
+            "role": "assistant",
+            "turn_id": message.turn_id,
+            "text": message.text,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "input": c.input} for c in message.tool_calls
+            ],
+        }
+    assert isinstance(message, ToolMessage)
+    return {
+        "role": "tool",
+        "turn_id": message.turn_id,
+        "call_id": message.call_id,
+        "name": message.name,
+        "result": message.result,
+        "is_error": message.is_error,
+    }
+
+
+async def _events(api: Api, request: web.Request) -> web.StreamResponse:
+    api.auth.principal(request)
+    key = _session(api, request).key
+    given = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    try:
+        after = parse_last_event_id(given)
+    except ValueError:
+        raise ApiError(
+            400,
+            "invalid",
+            "Last-Event-ID (or after) must be an event id such as 17 or 17.3",
+            field="after",
+        ) from None
+    stream = EventStream(request)
+    await stream.open()
+    try:
+        async for item in api.log.follow(key, after=after):
+            if item is None:
+                await stream.keep_alive()
+            else:
+                await stream.send(item)
+    except ConnectionError:
+        pass  # the client left; it comes back with its Last-Event-ID
+    return stream.response
+
+
+# -- acting --------------------------------------------------------------------
+
+
+async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
+    principal = api.auth.principal(request)
+    body = await _body(request, _TurnBody)
+    session = _session(api, request)
+    known = None
+    if body.turn_id is not None:
+        known = next((t for t in await session.turns() if t.turn_id == body.turn_id), None)
+    streaming = "text/event-stream" in request.headers.get("Accept", "")
+    after = await api.log.last_position(session.key) if known is None else 0
+    given = TurnInput(
+        text=body.text,
+        user=principal,
+        event=InboundEvent(
+            source=SOURCE,
+            user=principal,
+            attested=True,  # by the token, or by being on this machine
+            data={"session": request.match_info["session"]},
+        ),
+        policy=api.policy,
+    )
+    turn_id = await session.start(given, turn_id=body.turn_id, replace=body.replace)
+    if not streaming:
+        return web.json_response(_outcome(await session.result(turn_id)))
+    stream = EventStream(request)
+    await stream.open()
+    try:
+        if known is not None and known.status not in TURN_STATUSES_UNFINISHED:
+            # a retried request for a turn that ended: its story, told again
+            async for event in session.stream(turn_id, replay=True):
+                await stream.send(event)
+        else:
+            await _send_turn(api, stream, session.key, turn_id, after)
+    except ConnectionError:
+        pass  # the turn goes on; the client can follow it on /events
+    return stream.response
+
+
+async def _send_turn(
+    api: Api, stream: EventStream, key: SessionKey, turn_id: str, after: int
+) -> None:
+    async for item in api.log.follow(key, after=after):
+        if item is None:
+            await stream.keep_alive()
+        elif isinstance(item, LogEntry) and item.event.turn_id == turn_id:
+            await stream.send(item)
+            if item.event.type in TERMINAL_EVENT_TYPES:
+                return
+
+
+def _outcome(result: TurnResult) -> dict[str, Any]:
+    outcome: dict[str, Any] = {"turn_id": result.turn_id}
+    if isinstance(result, Completed):
+        outcome.update(status="completed", text=result.text)
+    elif isinstance(result, Suspended):
+        outcome.update(status="suspended", request=result.request.as_dict())
+    elif isinstance(result, Failed):
+        outcome.update(status="failed", error=result.error)
+    elif isinstance(result, Cancelled):
+        outcome.update(status="cancelled", reason=result.reason)
+    return outcome
+
+
+async def _resume(api: Api, request: web.Request) -> web.Response:
+    principal = api.auth.principal(request)
+    body = await _body(request, _ResumeBody)
+    turn_id = request.match_info["turn_id"]
+    session = _session(api, request)
+    parked = await session.parked()
+    granted = None
+    if (
+        parked is not None
+        and (parked.turn_id, parked.request.id) == (turn_id, body.input_id)
+        and isinstance(parked.request.answerers, PolicyAnswerer)
+    ):
+        # the agent's hook decides who a policy's people are, before anything applies
+        granted = await grant_answer(session, turn_id=turn_id, input_id=body.input_id, by=principal)
+    await session.resume(turn_id, body.input_id, body.value, by=principal, granted=granted)
+    return web.json_response(
+        {"turn_id": turn_id, "input_id": body.input_id, "accepted": True}, status=202
+    )
+
+
+async def _cancel(api: Api, request: web.Request) -> web.Response:
+    api.auth.principal(request)
+    turn_id = request.match_info["turn_id"]
+    cancelled = await _session(api, request).cancel(turn_id)
+    return web.json_response({"turn_id": turn_id, "cancelled": cancelled})
+
+
+async def _reset(api: Api, request: web.Request) -> web.Response:
+    api.auth.principal(request)
+    done = await _session(api, request).reset()
+    return web.json_response(
+        {"previous_session": done.previous_session, "generation": done.generation}
+    )
+
+
+# -- plumbing ------------------------------------------------------------------
+
+
+def _session(api: Api, request: web.Request) -> AgentSession:
+    return api.runtime.session(api.agent, SESSION_PREFIX + request.match_info["session"])
+
+
+async def _body(request: web.Request, model: type[T]) -> T:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes") from None
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or None
+        if error["type"] == "json_invalid":
+            raise ApiError(400, "invalid", "the body must be a JSON object") from None
+        message = f"{field}: {error['msg']}" if field else error["msg"]
+        raise ApiError(400, "invalid", message, field=field) from None

@@ -1,0 +1,126 @@
+"""Local mode: ``python -m bot`` with no Slack credentials serves the console and the API.
+
+With no ``API_TOKENS`` it listens on loopback only and the person at this
+machine is the attested speaker; with tokens it listens on every interface and
+each token speaks for its principal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    ConfigError,
+    EventLog,
+    open_store,
+    resolve_policy,
+    warn_unmounted_surfaces,
+)
+from agent.store import database_path
+from bot import messages
+from bot.agents import build_agent
+from bot.bot_config import load_bot_config
+from bot.config import Settings
+from bot.offline import DEMO_MODEL_NAME
+from bot.web.api import SOURCE, Api
+from bot.web.app import web_application
+from bot.web.auth import ApiAuth
+
+__all__ = ["PRUNE_EVERY_SECONDS", "api_for", "event_log_for", "serve_local"]
+
+logger = logging.getLogger("bot.web")
+
+PRUNE_EVERY_SECONDS = 3600.0
+
+
+def event_log_for(settings: Settings, runtime: AgentRuntime) -> EventLog:
+    """The runtime's event log, kept as long as the settings say, registered as its sink."""
+    log = EventLog(runtime.store, retention=settings.event_log_retention_hours * 3600)
+    runtime.add_sink(log)
+    return log
+
+
+def api_for(settings: Settings, runtime: AgentRuntime, agent: Agent, log: EventLog) -> Api:
+    """What the API serves for ``agent`` under these settings."""
+    offline = settings.anthropic_api_key is None
+    return Api(
+        runtime=runtime,
+        agent=agent.name,
+        log=log,
+        auth=ApiAuth(settings.api_principals()),
+        policy=resolve_policy(agent, SOURCE),
+        model=DEMO_MODEL_NAME if offline else settings.anthropic_model,
+        offline=offline,
+    )
+
+
+async def serve_local(settings: Settings) -> None:
+    """Serve the console and the API until SIGTERM or Ctrl+C.
+
+    Raises:
+        ConfigError: The port is taken, or a policy the agent cannot follow.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    config = load_bot_config(settings.bot_config)
+    agent = build_agent(settings, surfaces=config.surfaces)
+    warn_unmounted_surfaces(agent, [SOURCE])
+    store = await open_store(settings.database_url)
+    runtime = AgentRuntime(store, agent)
+    log = event_log_for(settings, runtime)
+    api = api_for(settings, runtime, agent, log)
+    try:
+        resumed = await runtime.start()
+        if resumed:
+            print(f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True)
+        async with _listening(settings, api) as address, _pruning(log):
+            where = database_path(settings.database_url) or "memory"
+            print(messages.local_mode(address, api.model, api.offline, where), flush=True)
+            await stop.wait()
+        print("Stopping: unfinished turns stay on disk and resume at the next start.", flush=True)
+    finally:
+        await runtime.close()
+        await log.close()
+        await store.close()
+        closing = getattr(agent.model, "aclose", None)
+        if closing is not None:
+            await closing()
+
+
+@contextlib.asynccontextmanager
+async def _listening(settings: Settings, api: Api) -> AsyncIterator[str]:
+    # loopback only unless tokens say who is asking
+    host = "127.0.0.1" if api.auth.is_local else "0.0.0.0"
+    runner = web.AppRunner(web_application(api), access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, settings.port).start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{settings.port} ({exc.strerror}); set PORT to a free port"
+            ) from None
+        yield f"http://{'127.0.0.1' if api.auth.is_local else host}:{settings.port}/"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def _pruning(log: EventLog) -> AsyncIterator[None]:
+    task = asyncio.create_task(log.prune_every(PRUNE_EVERY_SECONDS), name="prune the event log")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
