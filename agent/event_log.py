@@ -84,6 +84,7 @@ class EventLog:
         retention: float = DEFAULT_RETENTION,
         clock: Callable[[], float] = time.time,
         poll_seconds: float = 2.0,
+        only: Callable[[SessionKey], bool] | None = None,
     ) -> None:
         """Log events into ``store``.
 
@@ -93,6 +94,7 @@ class EventLog:
             clock: Wall-clock seconds; entries are stamped and pruned by it.
             poll_seconds: How often an idle follower rereads the log, for events
                 another process (on the same database) wrote.
+            only: Which sessions to log (None: every one); the others' turns pay nothing.
         """
         if retention <= 0:
             raise ValueError("the event log's retention must be a positive number of seconds")
@@ -102,6 +104,7 @@ class EventLog:
         self._poll = poll_seconds
         self._tails: dict[SessionKey, _Tail] = {}
         self._closed = False
+        self._only = only
 
     # -- writing --------------------------------------------------------------
 
@@ -110,6 +113,8 @@ class EventLog:
         if self._closed:
             return
         key = SessionKey(event.agent, event.session)
+        if self._only is not None and not self._only(key):
+            return
         tail = self._tails.get(key)
         if tail is None:
             tail = self._tails[key] = _Tail()

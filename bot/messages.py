@@ -44,6 +44,17 @@ def local_mode(address: str, model: str, offline: bool, database: str) -> str:
     )
 
 
+API_NEEDS_TOKENS = (
+    "The web console and its API are off beside Slack: set API_TOKENS (a JSON object of "
+    "bearer token to principal id) to serve them on this port."
+)
+
+
+def api_beside_slack(port: int) -> str:
+    """What the bot says when it serves the console and the API beside Slack."""
+    return f"Serving the web console and the API on http://0.0.0.0:{port}/ (bearer tokens)."
+
+
 def offline_intro(database: str) -> str:
     """What the offline demo says before it starts."""
     return (

@@ -37,6 +37,7 @@ from agent import (
     open_store,
     warn_unmounted_surfaces,
 )
+from bot import messages
 from bot.agents import build_agent
 from bot.bot_config import BotConfig, load_bot_config
 from bot.config import Settings
@@ -45,7 +46,11 @@ from bot.schedules import Firing, ScheduleRunner, firing_now
 from bot.slack.channel import SlackChannel
 from bot.slack.firing import fire, has_fired
 from bot.slack.server import bolt_app, web_app
-from bot.slack.tools import slack_tools
+from bot.slack.tools import THREAD_TOOLS, slack_tools
+from bot.web.api import SOURCE as API_SOURCE
+from bot.web.api import Api, is_api_session
+from bot.web.app import mount_web, web_application
+from bot.web.serve import api_for, event_log_for, pruning
 
 __all__ = [
     "SHUTDOWN_GRACE_SECONDS",
@@ -122,18 +127,29 @@ async def _who_am_i(client: AsyncWebClient, settings: Settings) -> _Identity:
 
 @contextlib.asynccontextmanager
 async def _engine(
-    settings: Settings, config: BotConfig, client: AsyncWebClient, me: _Identity
-) -> AsyncIterator[SlackChannel]:
-    """The agent, its runtime on the store, and the Slack channel showing its turns.
+    settings: Settings,
+    config: BotConfig,
+    client: AsyncWebClient,
+    me: _Identity,
+    *,
+    serve_api: bool = False,
+) -> AsyncIterator[tuple[SlackChannel, Api | None]]:
+    """The agent, its runtime on the store, the Slack channel showing its turns, and the API.
 
-    On leaving, replies in flight get a few seconds, then everything is closed:
-    turns not yet finished stay on disk for the next start.
+    The API (with its event log) comes only with ``serve_api``. On leaving, replies
+    in flight get a few seconds, then everything is closed: turns not yet finished
+    stay on disk for the next start.
     """
     agent = build_agent(settings, slack_tools(client), surfaces=config.surfaces)
-    warn_unmounted_surfaces(agent, [SOURCE])
+    warn_unmounted_surfaces(agent, [SOURCE, API_SOURCE] if serve_api else [SOURCE])
     check_channel_policies(agent, config)  # before the store: a refusal leaves nothing open
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
+    api = None
+    if serve_api:
+        # only the API's sessions are logged: a Slack turn pays nothing for it
+        log = event_log_for(settings, runtime, only=is_api_session)
+        api = api_for(settings, runtime, agent, log, unavailable=THREAD_TOOLS)
     channel = SlackChannel(
         runtime,
         agent.name,
@@ -143,11 +159,13 @@ async def _engine(
         policies=PolicyBook(agent, config, store),
     )
     try:
-        yield channel
+        yield channel, api
         await channel.drain(grace=SHUTDOWN_GRACE_SECONDS)
     finally:
         channel.close()
         await runtime.close()
+        if api is not None:
+            await api.log.close()
         await store.close()
         closing = getattr(agent.model, "aclose", None)
         if closing is not None:
@@ -158,7 +176,10 @@ async def _serve(
     settings: Settings, client: AsyncWebClient, me: _Identity, stop: asyncio.Event
 ) -> None:
     config = load_bot_config(settings.bot_config)
-    async with _engine(settings, config, client, me) as channel:
+    serve_api = bool(settings.api_principals())
+    if not serve_api:
+        print(messages.API_NEEDS_TOKENS, flush=True)
+    async with _engine(settings, config, client, me, serve_api=serve_api) as (channel, api):
         runtime = channel.runtime
 
         async def fire_firing(firing: Firing) -> None:
@@ -175,7 +196,7 @@ async def _serve(
                 print(
                     f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True
                 )
-            async with _serving(settings, channel, client):
+            async with _serving(settings, channel, client, api), pruning(api.log if api else None):
                 schedules.start()
                 if config.schedules:
                     print(f"Keeping {len(config.schedules)} schedule(s).", flush=True)
@@ -205,7 +226,7 @@ async def run_schedule(settings: Settings, name: str) -> str:
     async with aiohttp.ClientSession() as http:
         client = slack_client(settings, http)
         me = await _who_am_i(client, settings)
-        async with _engine(settings, config, client, me) as channel:
+        async with _engine(settings, config, client, me) as (channel, _):
             firing = firing_now(schedule, datetime.now(UTC))
             try:
                 turn_id = await fire(channel, channel.runtime, me.team_id, firing)
@@ -239,9 +260,9 @@ async def _caught_up(schedules: ScheduleRunner) -> None:
 
 @contextlib.asynccontextmanager
 async def _serving(
-    settings: Settings, channel: SlackChannel, client: AsyncWebClient
+    settings: Settings, channel: SlackChannel, client: AsyncWebClient, api: Api | None
 ) -> AsyncIterator[None]:
-    """Take events from Slack (HTTP or Socket Mode) for as long as the block runs."""
+    """Take events from Slack (HTTP or Socket Mode), and serve the API, while the block runs."""
     signing = settings.slack_signing_secret
     bolt = bolt_app(channel, client, signing.get_secret_value() if signing else "")
     if settings.slack_app_token is not None:
@@ -259,20 +280,34 @@ async def _serving(
         await handler.connect_async()  # type: ignore[no-untyped-call]
         print("Connected to Slack in Socket Mode.", flush=True)
         try:
-            yield
+            if api is None:
+                yield
+            else:
+                async with _listening(web_application(api), settings.port):
+                    print(messages.api_beside_slack(settings.port), flush=True)
+                    yield
         finally:
             await handler.close_async()  # type: ignore[no-untyped-call]
         return
     assert signing is not None
+    app = web_app(bolt, signing.get_secret_value())
+    if api is not None:
+        mount_web(app, api)
+    async with _listening(app, settings.port):
+        print(f"Serving Slack events on http://0.0.0.0:{settings.port}/slack/events", flush=True)
+        if api is not None:
+            print(messages.api_beside_slack(settings.port), flush=True)
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _listening(app: web.Application, port: int) -> AsyncIterator[None]:
     # a slow client must not hold the stop past Slack's patience (and the 10 s we promise)
-    runner = web.AppRunner(
-        web_app(bolt, signing.get_secret_value()), access_log=None, shutdown_timeout=2.0
-    )
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    # every interface: Slack (or the proxy in front) must reach it
-    await web.TCPSite(runner, "0.0.0.0", settings.port).start()
-    print(f"Serving Slack events on http://0.0.0.0:{settings.port}/slack/events", flush=True)
     try:
+        # every interface: Slack (or the proxy in front) must reach it
+        await web.TCPSite(runner, "0.0.0.0", port).start()
         yield
     finally:
         await runner.cleanup()

@@ -32,12 +32,24 @@ POST_EVENT = "turnbot_post"
 """The metadata event type our posts carry, with the call's idempotency key."""
 
 
+THREAD_TOOLS = ("read_thread",)
+"""The tools that need the turn to be in a Slack thread; other surfaces deny them."""
+
+
 def _where(ctx: ToolContext) -> tuple[str, str]:
     """The channel and thread of the turn's session."""
     parts = ctx.session_id.split(":")
     if len(parts) < 4 or parts[0] != "slack":
         raise ToolError("this tool only works in a Slack conversation")
     return parts[2], parts[3]
+
+
+def _notebook(ctx: ToolContext) -> str:
+    """Whose notes: the Slack channel's, or, for a turn from elsewhere, its session's."""
+    try:
+        return _where(ctx)[0]
+    except ToolError:
+        return ctx.session_id
 
 
 async def _open_to_all(
@@ -51,7 +63,7 @@ async def _open_to_all(
     Raises:
         ToolError: It is private, the bot is not in it, or Slack does not know it.
     """
-    if channel == _where(ctx)[0]:
+    if channel == _notebook(ctx):  # the turn's own conversation
         return
     try:
         info = (await client.conversations_info(channel=channel))["channel"]
@@ -200,7 +212,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     @tool
     def remember(note: str, ctx: ToolContext) -> dict[str, int]:
         """Keep a note for this channel; every thread of the channel can recall it."""
-        channel, _ = _where(ctx)
+        channel = _notebook(ctx)
         _notes_table(ctx)
         ctx.store.execute("INSERT INTO channel_notes VALUES (?, ?)", [channel, note])
         [(count,)] = ctx.store.execute(
@@ -211,7 +223,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
     @tool
     def recall(ctx: ToolContext) -> dict[str, list[str]]:
         """The notes kept for this channel, oldest first."""
-        channel, _ = _where(ctx)
+        channel = _notebook(ctx)
         _notes_table(ctx)
         rows = ctx.store.execute(
             "SELECT note FROM channel_notes WHERE channel = ? ORDER BY rowid", [channel]

@@ -52,7 +52,7 @@ from bot.web.auth import ApiAuth
 from bot.web.errors import ApiError, error_response
 from bot.web.sse import EventStream, parse_last_event_id
 
-__all__ = ["SESSION_PREFIX", "SOURCE", "Api", "api_app"]
+__all__ = ["SESSION_PREFIX", "SOURCE", "Api", "api_app", "is_api_session"]
 
 logger = logging.getLogger("bot.web")
 
@@ -393,6 +393,11 @@ async def _reset(api: Api, request: web.Request) -> web.Response:
 
 
 # -- plumbing ------------------------------------------------------------------
+
+
+def is_api_session(key: SessionKey) -> bool:
+    """Whether ``key`` is one of the API's sessions."""
+    return key.session_id.startswith(SESSION_PREFIX)
 
 
 def _session(api: Api, request: web.Request) -> AgentSession:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -24,6 +25,7 @@ from agent import (
     resolve_policy,
     warn_unmounted_surfaces,
 )
+from agent.ports import SessionKey
 from agent.store import database_path
 from bot import messages
 from bot.agents import build_agent
@@ -34,29 +36,51 @@ from bot.web.api import SOURCE, Api
 from bot.web.app import web_application
 from bot.web.auth import ApiAuth
 
-__all__ = ["PRUNE_EVERY_SECONDS", "api_for", "event_log_for", "serve_local"]
+__all__ = ["PRUNE_EVERY_SECONDS", "api_for", "event_log_for", "pruning", "serve_local"]
 
 logger = logging.getLogger("bot.web")
 
 PRUNE_EVERY_SECONDS = 3600.0
 
 
-def event_log_for(settings: Settings, runtime: AgentRuntime) -> EventLog:
-    """The runtime's event log, kept as long as the settings say, registered as its sink."""
-    log = EventLog(runtime.store, retention=settings.event_log_retention_hours * 3600)
+def event_log_for(
+    settings: Settings, runtime: AgentRuntime, *, only: Callable[[SessionKey], bool] | None = None
+) -> EventLog:
+    """The runtime's event log (of the sessions ``only`` names), registered as its sink."""
+    log = EventLog(runtime.store, retention=settings.event_log_retention_hours * 3600, only=only)
     runtime.add_sink(log)
     return log
 
 
-def api_for(settings: Settings, runtime: AgentRuntime, agent: Agent, log: EventLog) -> Api:
-    """What the API serves for ``agent`` under these settings."""
+def api_for(
+    settings: Settings,
+    runtime: AgentRuntime,
+    agent: Agent,
+    log: EventLog,
+    *,
+    unavailable: tuple[str, ...] = (),
+) -> Api:
+    """What the API serves for ``agent`` under these settings.
+
+    Args:
+        settings: The bot's settings.
+        runtime: Runs the API's turns.
+        agent: The agent that answers.
+        log: The event log the API's streams read.
+        unavailable: Tools of the agent that cannot work in an API turn (they need a
+            Slack thread): denied there, so the model is not offered them.
+    """
     offline = settings.anthropic_api_key is None
+    policy = resolve_policy(agent, SOURCE)
+    policy = dataclasses.replace(
+        policy, deny_tools=tuple(dict.fromkeys(policy.deny_tools + unavailable))
+    )
     return Api(
         runtime=runtime,
         agent=agent.name,
         log=log,
         auth=ApiAuth(settings.api_principals()),
-        policy=resolve_policy(agent, SOURCE),
+        policy=policy,
         model=DEMO_MODEL_NAME if offline else settings.anthropic_model,
         offline=offline,
     )
@@ -83,7 +107,7 @@ async def serve_local(settings: Settings) -> None:
         resumed = await runtime.start()
         if resumed:
             print(f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True)
-        async with _listening(settings, api) as address, _pruning(log):
+        async with _listening(settings, api) as address, pruning(log):
             where = database_path(settings.database_url) or "memory"
             print(messages.local_mode(address, api.model, api.offline, where), flush=True)
             await stop.wait()
@@ -116,7 +140,11 @@ async def _listening(settings: Settings, api: Api) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def _pruning(log: EventLog) -> AsyncIterator[None]:
+async def pruning(log: EventLog | None) -> AsyncIterator[None]:
+    """Prune ``log`` (if any) at once and then hourly while the block runs."""
+    if log is None:
+        yield
+        return
     task = asyncio.create_task(log.prune_every(PRUNE_EVERY_SECONDS), name="prune the event log")
     try:
         yield

@@ -347,3 +347,53 @@ async def test_in_socket_mode_events_and_clicks_come_over_the_socket_and_are_ack
         await last_reply_becomes(slack, ts, POSTED)
         assert [m.text for m in slack.messages("C0RANDOM")] == ["Deploy at noon."]
         assert len(api.requests) == 2  # the retried envelope made no second turn
+
+
+async def test_the_api_and_console_are_served_beside_slack_only_with_tokens(
+    slack: FakeSlack, launch: Launch
+):
+    token = "ops-token-0123456789abcdef0123"
+    without = await launch()
+    async with aiohttp.ClientSession() as http, FakeAnthropic() as claude_api:
+        async with http.get(f"http://127.0.0.1:{without.port}/api/info") as r:
+            closed = r.status
+        without.proc.send_signal(signal.SIGTERM)
+        await without.proc.wait()
+
+        claude_api.queue(Reply.text("Noted for the console."), Reply.text("Noted in Slack."))
+        bot = await launch(
+            API_TOKENS=json.dumps({token: "ops"}),
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=claude_api.base_url,
+        )
+        await bot.line_starting("Serving the web console and the API on")
+        base = f"http://127.0.0.1:{bot.port}"
+        auth = {"Authorization": f"Bearer {token}"}
+        async with http.get(base + "/api/info") as r:
+            anonymous = r.status
+        async with http.post(
+            base + "/api/sessions/ops/turns",
+            json={"text": "the runbook is in the wiki"},
+            headers=auth,
+        ) as r:
+            answered = await r.json()
+        ts, envelope = mention(slack, "the deploy moved to Friday")
+        assert await post_signed(bot.port, envelope) == 200
+        await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
+        async with http.get(base + "/api/sessions", headers=auth) as r:
+            listed = await r.json()
+    from_api, from_slack = claude_api.requests
+
+    assert closed == 404
+    assert any("set API_TOKENS" in line for line in without.out)
+    assert anonymous == 401
+    assert answered == {
+        "turn_id": answered["turn_id"],
+        "status": "completed",
+        "text": "Noted for the console.",
+    }
+    # an API turn is not in a Slack thread: the tool that reads one is not offered there
+    assert "read_thread" not in [t["name"] for t in from_api["tools"]]
+    assert "read_thread" in [t["name"] for t in from_slack["tools"]]
+    # the API sees its own sessions, never a Slack thread's
+    assert [s["session"] for s in listed["sessions"]] == ["ops"]

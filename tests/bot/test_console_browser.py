@@ -1,0 +1,121 @@
+"""The web console in real headless Chromium: send, watch the reply stream, approve, finish.
+
+Chromium comes from the machine's packages (``.ci/run`` installs Debian's
+``chromium``); Playwright drives it and never downloads a browser of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, async_playwright, expect
+
+from agent import ModelRequest, TextDelta
+from agent.model import ModelStreamEvent
+from bot.offline import offline_model
+from tests.bot.web_harness import serving
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # nothing but the console's own loopback server is looked up
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost",
+]
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+WAIT_MS = 10_000
+
+
+class HeldModel:
+    """The offline model, holding its first reply after a few words until released."""
+
+    def __init__(self) -> None:
+        self.inner = offline_model()
+        self.release = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        pieces = 0
+        async for event in self.inner.stream(request):
+            if isinstance(event, TextDelta):
+                pieces += 1
+                if pieces == 3:
+                    await self.release.wait()  # the page shows what streamed so far
+            yield event
+
+
+def _check_chromium() -> None:
+    assert Path(CHROMIUM).exists(), (
+        "Chromium is needed: apt-get install -y chromium, or set CHROMIUM to its path"
+    )
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    _check_chromium()
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 800})
+            yield await context.new_page()
+            await context.close()
+        finally:
+            await browser.close()
+
+
+async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_path, page):
+    model = HeldModel()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    async with serving(tmp_path, model=model) as served:
+        await page.goto(served.base_url + "/")
+        await expect(page.locator("#model")).to_contain_text("Offline demo model", timeout=WAIT_MS)
+        await page.click("#new-session")
+        await page.fill("#composer", "share the launch is on Monday")
+        await page.press("#composer", "Enter")
+
+        streaming = page.locator(".msg.assistant").last
+        await expect(streaming).to_have_text("(Offline dem", timeout=WAIT_MS)  # two pieces of six
+        assert await page.evaluate("document.body.dataset.turn") == "running"
+        model.release.set()
+
+        approval = page.locator("#approval")
+        await expect(approval).to_contain_text("Share this note?", timeout=WAIT_MS)
+        await expect(page.locator("body")).to_have_attribute("data-turn", "waiting")
+        await expect(page.locator("#composer")).to_be_disabled()
+        await expect(page.locator(".tool-line").first).to_contain_text("remember")
+        await expect(page.locator('#approval button[data-answer="approve"]')).to_be_focused()
+        waiting_shot = tmp_path / "console.png"  # the README's picture: a request waiting
+        await page.screenshot(path=str(waiting_shot))
+        await page.keyboard.press("Enter")  # Approve has the focus
+
+        await expect(page.locator("body")).to_have_attribute("data-turn", "idle", timeout=WAIT_MS)
+        await expect(approval).to_have_count(0)
+        await expect(page.locator(".msg.assistant").last).to_contain_text("Shared")
+        await expect(page.locator("#sessions [data-session]").first).to_contain_text(
+            "share the launch"
+        )
+        session = await served.runtime.session("bot", "http:" + await _selected(page)).turns()
+
+    assert waiting_shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [t.status for t in session] == ["completed"]
+    assert errors == []
+    if os.environ.get("UPDATE_DOCS_SCREENSHOT"):
+        DOCS_SCREENSHOT.write_bytes(waiting_shot.read_bytes())
+
+
+async def _selected(page: Page) -> str:
+    selected = page.locator('#sessions [data-session][aria-current="true"]')
+    return str(await selected.get_attribute("data-session"))
