@@ -208,7 +208,9 @@ class EventLog:
                 yield entry
             while True:
                 try:
-                    entry = await asyncio.wait_for(queue.get(), self._poll)
+                    # cheaper than wait_for, which makes a task of every get
+                    async with asyncio.timeout(self._poll):
+                        entry = await queue.get()
                 except TimeoutError:
                     found = False
                     async for entry in self._read_after(key, position):
