@@ -4,8 +4,9 @@ A client that loses its connection in the middle of a turn asks again from the
 last position it saw and gets everything after it exactly once: what the log
 holds, then live events, with no gap and no repeat between the two. Every event
 but the live deltas is logged; a delta is handed to the followers connected when
-it happens, placed after the logged event it follows (its id is ``"17.3"``: the
-third delta after position 17), so a reconnection resumes deltas from then on.
+it happens, placed after the logged event it follows (its id is ``"17.9"``: the
+delta numbered 9 in its turn's run, after position 17), so a reconnection resumes
+deltas from then on.
 
 An event reaches followers only once it is in the log: a position a client saw
 is always one it can ask to continue from, in this process or another.
@@ -17,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agent.events import TURN_EVENT_ADAPTER, TurnEvent
@@ -31,6 +32,8 @@ LIVE_ONLY = frozenset({"message.delta", "reasoning.delta"})
 DEFAULT_RETENTION = 7 * 86_400.0
 """How long logged events are kept, in seconds: a week."""
 READ_PAGE = 500
+RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
+"""Seconds between tries of a log write the store refused; then the batch is dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +44,20 @@ class LogEntry:
     """The log position of the event, or, for a live delta, of the logged event before it."""
     event: TurnEvent
     delta: int = 0
-    """For a live delta: its count after ``position``, from 1; 0 for a logged event."""
+    """For a live delta: its number in its turn's run (``event.seq``); 0 for a logged event."""
 
     @property
     def id(self) -> str:
-        """What a client sends back to continue after this entry: ``"17"`` or ``"17.3"``."""
+        """What a client sends back to continue after this entry: ``"17"`` or ``"17.9"``."""
         return f"{self.position}.{self.delta}" if self.delta else str(self.position)
 
 
 @dataclass(frozen=True, slots=True)
 class LogGap:
-    """Entries the follower asked to continue from were pruned: it must reload the session."""
+    """The follower's position is not in the log: it must reload the session.
+
+    Its entries were pruned, or the database started afresh; every entry kept follows.
+    """
 
     after: int
     first_kept: int
@@ -66,7 +72,6 @@ class _Tail:
     followers: set[asyncio.Queue[LogEntry]] = field(default_factory=set)
     last: int | None = None
     """The last position written by this process, once known."""
-    deltas: int = 0
 
 
 class EventLog:
@@ -85,6 +90,7 @@ class EventLog:
         clock: Callable[[], float] = time.time,
         poll_seconds: float = 2.0,
         only: Callable[[SessionKey], bool] | None = None,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
     ) -> None:
         """Log events into ``store``.
 
@@ -95,6 +101,8 @@ class EventLog:
             poll_seconds: How often an idle follower rereads the log, for events
                 another process (on the same database) wrote.
             only: Which sessions to log (None: every one); the others' turns pay nothing.
+            retry_delays: Seconds to wait before each new try of a write the store
+                refused; when they run out, the batch is dropped (and logged as such).
         """
         if retention <= 0:
             raise ValueError("the event log's retention must be a positive number of seconds")
@@ -105,6 +113,7 @@ class EventLog:
         self._tails: dict[SessionKey, _Tail] = {}
         self._closed = False
         self._only = only
+        self._retry_delays = tuple(retry_delays)
 
     # -- writing --------------------------------------------------------------
 
@@ -127,23 +136,35 @@ class EventLog:
     async def _write(self, key: SessionKey, tail: _Tail) -> None:
         # one writer per session keeps positions in the order the events happened;
         # what comes while a batch is being written goes in the next batch
+        failures = 0
         try:
             while tail.pending:
-                batch, tail.pending = tail.pending, []
+                batch = list(tail.pending)
                 logged = [event for event in batch if event.type not in LIVE_ONLY]
                 try:
                     if tail.last is None:
                         tail.last = (await self._store.event_bounds(key)).last
-                    positions = await self._store.append_events(
-                        key,
-                        [event.model_dump(mode="json") for event in logged],
-                        at=self._clock(),
-                    )
+                    positions = []
+                    if logged:  # deltas alone are only for the followers: nothing to write
+                        positions = await self._store.append_events(
+                            key,
+                            [event.model_dump(mode="json") for event in logged],
+                            at=self._clock(),
+                        )
                 except Exception:
+                    failures += 1
+                    if failures <= len(self._retry_delays):
+                        # a busy database (another process writing) passes: try again
+                        logger.warning("could not log events of %s; trying again", key)
+                        await asyncio.sleep(self._retry_delays[failures - 1])
+                        continue
                     # the turn goes on; a follower misses these, and a reload shows the turn
-                    logger.exception("could not log %d event(s) of %s", len(logged), key)
-                    continue
-                self._publish(tail, batch, iter(positions))
+                    logger.exception("dropped %d event(s) of %s: the log refused", len(logged), key)
+                    positions = None
+                failures = 0
+                del tail.pending[: len(batch)]
+                if positions is not None:
+                    self._publish(tail, batch, iter(positions))
         finally:
             tail.writer = None
             if not tail.followers and not tail.pending:
@@ -152,14 +173,38 @@ class EventLog:
     def _publish(self, tail: _Tail, batch: list[TurnEvent], positions: Iterator[int]) -> None:
         for event in batch:
             if event.type in LIVE_ONLY:
-                tail.deltas += 1
-                entry = LogEntry(tail.last or 0, event, tail.deltas)
+                # the event's own number in its turn's run: it keeps rising past a restart
+                # of this log, and a run starts with a logged event, so ids are never reused
+                entry = LogEntry(tail.last or 0, event, event.seq)
             else:
                 tail.last = next(positions)
-                tail.deltas = 0
                 entry = LogEntry(tail.last, event)
             for queue in tail.followers:
                 queue.put_nowait(entry)
+
+    async def settled_position(self, key: SessionKey) -> int:
+        """The session's last logged position, once every event emitted so far is logged.
+
+        Read with no other await after it, the session's state in memory is exactly
+        what the events up to that position tell: a snapshot and a stream from that
+        position show everything once.
+        """
+        while True:
+            tail = self._tails.get(key)
+            if tail is not None and tail.writer is not None:
+                await asyncio.gather(tail.writer, return_exceptions=True)
+                continue
+            if tail is not None and tail.last is not None and not tail.pending:
+                return tail.last
+            position = (await self._store.event_bounds(key)).last
+            tail = self._tails.get(key)
+            if tail is None or (not tail.pending and tail.writer is None):
+                return position  # nothing was emitted while the store was read
+
+    def followers(self, key: SessionKey) -> int:
+        """How many followers the session has in this process."""
+        tail = self._tails.get(key)
+        return len(tail.followers) if tail is not None else 0
 
     async def flush(self) -> None:
         """Wait until every event emitted so far is written."""
@@ -200,7 +245,8 @@ class EventLog:
         try:
             bounds = await self._store.event_bounds(key)
             position = max(0, after)
-            if position < bounds.first - 1:
+            if position < bounds.first - 1 or position > bounds.last:
+                # pruned, or a position this log never had (a database started afresh)
                 yield LogGap(after=position, first_kept=bounds.first)
                 position = bounds.first - 1
             async for entry in self._read_after(key, position):

@@ -13,13 +13,15 @@ from bot import messages
 from bot.agents import build_agent
 from bot.bot_config import load_bot_config
 from bot.config import Settings, load_settings
+from bot.offline import recall, remember
 from bot.schedules import next_firing
 from bot.terminal import chat
 
 
 async def run_terminal(settings: Settings, given: list[str] | None) -> None:
     """Chat in the terminal with the configured agent, on the configured database."""
-    agent = build_agent(settings)
+    # nobody can answer an approval in a terminal: the tool that asks for one is left out
+    agent = build_agent(settings, [remember, recall])
     where = database_path(settings.database_url) or "memory"
     if settings.anthropic_api_key is not None:
         print(messages.terminal_with_claude(settings.anthropic_model, where))

@@ -19,14 +19,15 @@ INSTRUCTIONS_FOLDER = Path(__file__).with_name("instructions")
 
 def build_agent(
     settings: Settings,
-    slack_tools: Sequence[Tool] | None = None,
+    tools: Sequence[Tool] | None = None,
     surfaces: Mapping[str, SurfacePolicy] | None = None,
 ) -> Agent:
     """Claude with the bot's tools when ``ANTHROPIC_API_KEY`` is set, else the offline agent.
 
     Args:
         settings: The bot's settings.
-        slack_tools: The Slack tools, when the agent serves Slack.
+        tools: The agent's tools: the Slack tools when it serves Slack; by default the
+            local ones (notes, and an approval to try).
         surfaces: The policy of each source (``BOT_CONFIG``'s ``[surfaces.*]``).
 
     Raises:
@@ -44,6 +45,6 @@ def build_agent(
         INSTRUCTIONS_FOLDER,
         name=AGENT_NAME,
         model=model,
-        tools=list(slack_tools) if slack_tools is not None else LOCAL_TOOLS,
+        tools=list(tools) if tools is not None else LOCAL_TOOLS,
         surfaces=dict(surfaces or {}),
     )

@@ -131,8 +131,8 @@ class Settings(BaseSettings):
                     "digits or . _ @ -"
                 )
             if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-                raise ConfigError(
-                    f"API_TOKENS: token {number} (of {principal}) must be at least "
+                raise ConfigError(  # naming no principal: a swapped pair would show the token
+                    f"API_TOKENS: token {number} must be at least "
                     f"{MIN_TOKEN_LENGTH} characters with no spaces (python -c 'import secrets; "
                     "print(secrets.token_urlsafe(32))' makes one)"
                 )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import AsyncIterator
 
-from agent import Agent, AgentRuntime, SessionStore, TurnError, TurnEvent
+from agent import Agent, AgentRuntime, ConflictError, SessionStore, TurnError, TurnEvent
 
 __all__ = ["DEMO_LINE", "SESSION", "chat"]
 
@@ -50,8 +49,12 @@ async def chat(store: SessionStore, agent: Agent, given: list[str] | None) -> No
         session = runtime.session(agent.name, SESSION)
         await session.observe(_Printer())
         async for text in _lines(given):
-            with contextlib.suppress(TurnError):  # the printer showed it as it happened
+            try:
                 await session.turn(text)
+            except TurnError:
+                pass  # the printer showed it as it happened
+            except ConflictError as exc:  # a request parked by another surface, say
+                sys.stdout.write(f"[not started: {exc}]\n")
 
 
 async def _lines(given: list[str] | None) -> AsyncIterator[str]:

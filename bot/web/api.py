@@ -8,8 +8,9 @@ answered by whoever started the turn, as in Slack.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -201,6 +202,8 @@ async def _list_sessions(api: Api, request: web.Request) -> web.Response:
 async def _describe_session(api: Api, request: web.Request) -> web.Response:
     api.auth.principal(request)
     session = _session(api, request)
+    await session.status()  # loaded: what follows reads memory, with no await between
+    position = await api.log.settled_position(session.key)
     parked = await session.parked()
     pending = None
     if parked is not None:
@@ -220,15 +223,21 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
                 for record in await session.turns()
             ],
             "pending": pending,
-            "last_event_id": await api.log.last_position(session.key),
+            "last_event_id": position,
         }
     )
 
 
 async def _transcript(api: Api, request: web.Request) -> web.Response:
     api.auth.principal(request)
-    messages = await _session(api, request).transcript()
-    return web.json_response({"messages": [_message(m) for m in messages]})
+    session = _session(api, request)
+    await session.status()
+    position = await api.log.settled_position(session.key)
+    messages = await session.transcript()
+    # follow the events from last_event_id: none of these messages comes again
+    return web.json_response(
+        {"messages": [_message(m) for m in messages], "last_event_id": position}
+    )
 
 
 def _message(message: Message) -> dict[str, Any]:
@@ -281,14 +290,14 @@ async def _events(api: Api, request: web.Request) -> web.StreamResponse:
         ) from None
     stream = EventStream(request)
     await stream.open()
-    try:
+    async with _streaming(stream, request):
         async for item in api.log.follow(key, after=after):
             if item is None:
+                if _client_left(request):
+                    return stream.response
                 await stream.keep_alive()
             else:
                 await stream.send(item)
-    except ConnectionError:
-        pass  # the client left; it comes back with its Last-Event-ID
     return stream.response
 
 
@@ -299,11 +308,12 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
     principal = api.auth.principal(request)
     body = await _body(request, _TurnBody)
     session = _session(api, request)
+    streaming = "text/event-stream" in request.headers.get("Accept", "")
+    # the position first: a turn unknown after it cannot have logged anything before it
+    after = await api.log.settled_position(session.key)
     known = None
     if body.turn_id is not None:
         known = next((t for t in await session.turns() if t.turn_id == body.turn_id), None)
-    streaming = "text/event-stream" in request.headers.get("Accept", "")
-    after = await api.log.last_position(session.key) if known is None else 0
     given = TurnInput(
         text=body.text,
         user=principal,
@@ -318,30 +328,80 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
     turn_id = await session.start(given, turn_id=body.turn_id, replace=body.replace)
     if not streaming:
         return web.json_response(_outcome(await session.result(turn_id)))
+    if not any(t.turn_id == turn_id for t in await session.turns()):
+        raise UnknownTurnError(f"turn {turn_id} was archived by a reset; start a new one")
     stream = EventStream(request)
     await stream.open()
-    try:
-        if known is not None and known.status not in TURN_STATUSES_UNFINISHED:
-            # a retried request for a turn that ended: its story, told again
+    async with _streaming(stream, request):
+        if known is not None:
+            # a retried request: the turn's story so far from its committed history, then live
             async for event in session.stream(turn_id, replay=True):
                 await stream.send(event)
         else:
-            await _send_turn(api, stream, session.key, turn_id, after)
-    except ConnectionError:
-        pass  # the turn goes on; the client can follow it on /events
+            await _send_turn(api, stream, request, session, turn_id, after)
     return stream.response
 
 
 async def _send_turn(
-    api: Api, stream: EventStream, key: SessionKey, turn_id: str, after: int
+    api: Api,
+    stream: EventStream,
+    request: web.Request,
+    session: AgentSession,
+    turn_id: str,
+    after: int,
 ) -> None:
-    async for item in api.log.follow(key, after=after):
+    ended_quietly = False
+    async for item in api.log.follow(session.key, after=after):
         if item is None:
+            if _client_left(request):
+                return
+            # a turn seen ended at two quiet moments in a row will send nothing more
+            if ended_quietly and await _send_ending(stream, session, turn_id):
+                return
+            ended_quietly = await _has_ended(session, turn_id)
             await stream.keep_alive()
         elif isinstance(item, LogEntry) and item.event.turn_id == turn_id:
             await stream.send(item)
             if item.event.type in TERMINAL_EVENT_TYPES:
                 return
+
+
+async def _has_ended(session: AgentSession, turn_id: str) -> bool:
+    record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+    return record is None or record.status not in TURN_STATUSES_UNFINISHED
+
+
+async def _send_ending(stream: EventStream, session: AgentSession, turn_id: str) -> bool:
+    """Send how the turn ended (or parked), when its last event never came; False if it runs.
+
+    It can happen when the log dropped that event after the store refused it again and again.
+    """
+    if not await _has_ended(session, turn_id):
+        return False
+    last = None
+    async for event in session.stream(turn_id, replay=True):
+        last = event
+    if last is not None:
+        await stream.send(last)
+    return True
+
+
+@contextlib.asynccontextmanager
+async def _streaming(stream: EventStream, request: web.Request) -> AsyncIterator[None]:
+    """End the stream whatever happens once it started: a JSON error can no longer be sent."""
+    try:
+        yield
+    except ConnectionError:
+        return  # the client left; it comes back with its Last-Event-ID
+    except Exception:
+        logger.exception("%s %s failed mid-stream; ending it", request.method, request.path)
+    with contextlib.suppress(ConnectionError):
+        await stream.close()
+
+
+def _client_left(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _outcome(result: TurnResult) -> dict[str, Any]:
@@ -405,10 +465,17 @@ def _session(api: Api, request: web.Request) -> AgentSession:
 
 
 async def _body(request: web.Request, model: type[T]) -> T:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes") from None
+    # read no more than the limit, whatever the application around the API allows
+    too_large = ApiError(413, "too_large", f"the body is over {MAX_BODY} bytes")
+    if (request.content_length or 0) > MAX_BODY:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise too_large
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:

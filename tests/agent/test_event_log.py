@@ -12,6 +12,7 @@ from agent import (
     LogGap,
     MemoryStore,
     SQLiteStore,
+    StoreError,
     ToolContext,
     tool,
 )
@@ -116,11 +117,12 @@ async def test_every_event_but_the_deltas_is_logged_in_order_and_followers_get_d
     assert [(e.position, e.event.type) for e in followed if not e.delta] == logged
     deltas = [e for e in followed if e.delta]
     # each reply's deltas come before the message they make up, after the event before it
-    assert [e.id for e in deltas] == ["1.1", "1.2", "4.1", "4.2", "4.3", "4.4"]
+    # a delta's id is the logged position before it and its number in the turn's run
+    assert [e.id for e in deltas] == ["1.2", "1.3", "4.7", "4.8", "4.9", "4.10"]
     assert "".join(e.event.text for e in deltas if e.position == 4) == "All done here."
     ids = [e.id for e in followed]
-    assert ids.index("1.2") < ids.index("2")
-    assert ids.index("4.4") < ids.index("5")
+    assert ids.index("1.3") < ids.index("2")
+    assert ids.index("4.10") < ids.index("5")
 
 
 async def test_a_reconnection_with_the_last_id_seen_misses_nothing_and_repeats_nothing(store):
@@ -237,7 +239,39 @@ async def test_events_another_process_logs_reach_a_follower_here(tmp_path):
     assert [e.position for e in entries] == [1, 2, 3]
 
 
-async def test_a_store_that_fails_to_log_loses_no_turn():
+async def test_a_log_write_the_store_refuses_is_tried_again_and_reaches_the_followers():
+    class Refusing(MemoryStore):
+        refusals = 2
+
+        async def append_events(self, key, bodies, *, at):
+            if self.refusals:
+                self.refusals -= 1
+                raise StoreError("SQLite: database is locked")
+            return await super().append_events(key, bodies, at=at)
+
+    store = Refusing()
+    model = ScriptedModel(lambda r: reply("ok"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store, retry_delays=[0.01, 0.01, 0.01])
+        runtime.add_sink(log)
+        seen: list[str] = []
+
+        async def follow() -> None:
+            async for entry in log.follow(KEY):
+                if isinstance(entry, LogEntry) and not entry.delta:
+                    seen.append(entry.event.type)
+                    if entry.event.type == "turn.completed":
+                        return
+
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0)
+        await runtime.session("a", "s1").turn("hi")
+        await asyncio.wait_for(follower, 5)
+        await log.close()
+    assert seen == ["turn.started", "message.completed", "turn.completed"]
+
+
+async def test_a_store_that_keeps_refusing_the_log_loses_no_turn(caplog):
     class FailingLog(MemoryStore):
         async def append_events(self, key, bodies, *, at):
             raise OSError("disk full")
@@ -246,11 +280,59 @@ async def test_a_store_that_fails_to_log_loses_no_turn():
     async with AgentRuntime(
         store, Agent(name="a", model=ScriptedModel(lambda r: reply("ok")))
     ) as rt:
-        log = EventLog(store)
+        log = EventLog(store, retry_delays=[0.01])
         rt.add_sink(log)
         done = await rt.session("a", "s1").turn("hi")
         await log.close()
     assert done.text == "ok"
+    assert "dropped" in caplog.text
+
+
+async def test_a_follower_from_a_position_the_log_never_had_is_told_and_gets_it_all(store):
+    model = ScriptedModel(lambda request: reply("ok"))
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store)
+        runtime.add_sink(log)
+        await runtime.session("a", "s1").turn("hi")
+        await log.flush()
+        entries = []
+        async for entry in log.follow(KEY, after=50):  # a client from before a fresh database
+            entries.append(entry)
+            if isinstance(entry, LogEntry) and entry.event.type == "turn.completed":
+                break
+        await log.close()
+    assert entries[0] == LogGap(after=50, first_kept=1)
+    assert [e.position for e in entries[1:]] == [1, 2, 3]
+
+
+async def test_a_settled_position_matches_the_state_read_right_after_it(store):
+    gate = asyncio.Event()
+
+    @tool
+    async def wait(ctx: ToolContext) -> str:
+        """Wait."""
+        await gate.wait()
+        return "done"
+
+    model = ScriptedModel(lambda r: reply("ok") if len(r.messages) > 1 else reply("", call("wait")))
+    async with AgentRuntime(store, Agent(name="a", model=model, tools=[wait])) as runtime:
+        log = EventLog(store)
+        runtime.add_sink(log)
+        session = runtime.session("a", "s1")
+        turn_id = await session.start("go")
+        while not gate.is_set():
+            position = await log.settled_position(KEY)
+            transcript = await session.transcript()
+            logged = [b for _, b in await store.read_events(KEY, after=0, limit=99)]
+            assert len(logged) == position
+            if any(b["type"] == "action.requested" for b in logged):
+                gate.set()
+            else:
+                assert len(transcript) <= 2
+            await asyncio.sleep(0)
+        await session.result(turn_id)
+        assert await log.settled_position(KEY) == 5  # started, action x2, message, completed
+        await log.close()
 
 
 async def test_events_logged_while_a_follower_reads_the_log_reach_it_once(tmp_path):
@@ -295,3 +377,66 @@ async def test_events_logged_while_a_follower_reads_the_log_reach_it_once(tmp_pa
     assert [e.position for e in entries if not e.delta] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     # the second turn's deltas came before the messages it read: only the third's are live
     assert {e.position for e in entries if e.delta} == {7}
+
+
+async def test_deltas_alone_write_nothing_and_their_ids_are_never_reused(store):
+    written: list[int] = []
+    release, streamed = asyncio.Event(), asyncio.Event()
+
+    class Held(ScriptedModel):
+        async def stream(self, request):
+            pieces = 0
+            async for event in super().stream(request):
+                pieces += 1
+                if pieces == 3:
+                    streamed.set()
+                    await release.wait()  # mid-reply, with nobody following
+                yield event
+
+    original = store.append_events
+
+    async def counting(key, bodies, *, at):
+        written.append(len(bodies))
+        return await original(key, bodies, at=at)
+
+    store.append_events = counting  # the store's own method, counted: not the engine's
+    model = Held(lambda request: reply("one two three four five six"), chunk=4)
+    async with AgentRuntime(store, Agent(name="a", model=model)) as runtime:
+        log = EventLog(store)
+        runtime.add_sink(log)
+        first: list[LogEntry] = []
+
+        async def follow_until_streamed() -> None:
+            async for entry in log.follow(KEY):
+                if isinstance(entry, LogEntry):
+                    first.append(entry)
+                    if entry.delta == 3:
+                        return
+
+        follower = asyncio.create_task(follow_until_streamed())
+        await asyncio.sleep(0)
+        turn_id = await runtime.session("a", "s1").start("go")
+        await streamed.wait()
+        await asyncio.wait_for(follower, 5)  # the client leaves mid-reply
+        await log.flush()
+        second: list[LogEntry] = []
+
+        async def follow_again() -> None:
+            async for entry in log.follow(KEY, after=first[-1].position):
+                if isinstance(entry, LogEntry):
+                    second.append(entry)
+                    if entry.event.type == "turn.completed":
+                        return
+
+        again = asyncio.create_task(follow_again())
+        await asyncio.sleep(0.01)
+        release.set()
+        await runtime.session("a", "s1").result(turn_id)
+        await asyncio.wait_for(again, 5)
+        await log.close()
+
+    assert 0 not in written  # a batch of deltas alone went to nobody's disk
+    first_ids = {e.id for e in first if e.delta}
+    second_ids = [e.id for e in second if e.delta]
+    assert second_ids
+    assert not first_ids & set(second_ids)  # a reconnected client skips none as seen

@@ -103,7 +103,8 @@ async def test_with_an_anthropic_key_the_terminal_chats_with_claude(tmp_path):
     assert "The deploy is on Friday." in out
     [body] = api.requests
     assert body["messages"][0]["content"][0]["text"] == "When is the deploy?"
-    assert [t["name"] for t in body["tools"]] == ["remember", "recall", "share_note"]
+    # nobody could answer an approval in the terminal: no tool asks for one
+    assert [t["name"] for t in body["tools"]] == ["remember", "recall"]
 
 
 async def test_a_rejected_key_is_reported_in_the_chat_without_the_key(tmp_path):
@@ -160,3 +161,14 @@ def test_a_blank_anthropic_key_means_no_key(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "holds 1 note(s)" in result.stdout  # the offline agent answered
+
+
+def test_the_terminal_chat_offers_no_approval_it_could_not_take(tmp_path):
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path}/bot.db"}
+    result = run_bot("chat", "share the plan", "and this too", env=env)
+    again = run_bot("chat", "one more", env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert "holds 2 note(s)" in result.stdout  # noted, never parked for an approval
+    assert "Traceback" not in result.stderr + again.stderr
+    assert "holds 3 note(s)" in again.stdout

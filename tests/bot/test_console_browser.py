@@ -119,3 +119,29 @@ async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_pa
 async def _selected(page: Page) -> str:
     selected = page.locator('#sessions [data-session][aria-current="true"]')
     return str(await selected.get_attribute("data-session"))
+
+
+async def test_cancel_and_reset_work_from_the_console(tmp_path, page):
+    model = HeldModel()
+    page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # Reset asks
+    async with serving(tmp_path, model=model) as served:
+        await page.goto(served.base_url + "/")
+        await page.click("#new-session")
+        await page.fill("#composer", "a long answer please")
+        await page.press("#composer", "Enter")
+        await expect(page.locator(".msg.assistant").last).to_have_text(
+            "(Offline dem", timeout=WAIT_MS
+        )
+        await page.click("#cancel")
+        await expect(page.locator("body")).to_have_attribute("data-turn", "idle", timeout=WAIT_MS)
+        await expect(page.locator("#transcript")).to_contain_text("cancel")
+        sid = await _selected(page)
+        [cancelled] = await served.runtime.session("bot", "http:" + sid).turns()
+
+        await page.click("#reset")
+        await expect(page.locator("#transcript .msg")).to_have_count(0, timeout=WAIT_MS)
+        reset_status = await served.runtime.session("bot", "http:" + sid).status()
+        model.release.set()
+
+    assert cancelled.status == "cancelled"
+    assert reset_status == "new"

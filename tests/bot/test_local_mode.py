@@ -112,5 +112,5 @@ async def test_api_tokens_that_are_too_short_stop_the_bot_without_echoing_them(t
         out, err = await proc.communicate()
 
     assert proc.returncode == 2
-    assert "API_TOKENS: token 1 (of ana) must be at least 24 characters" in err.decode()
+    assert "API_TOKENS: token 1 must be at least 24 characters" in err.decode()
     assert secret not in (out + err).decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agent import AnswerCheck, ToolContext, tool
+from agent import AnswerCheck, SQLiteStore, StoreError, ToolContext, tool
 from agent.ports import SessionKey
 from agent.testing import ScriptedModel, call, reply
 from tests.bot.web_harness import ANA, BOB, TOKENS, serving
@@ -37,7 +37,7 @@ async def test_a_turn_streams_its_events_with_ids_until_it_ends(tmp_path):
     logged = [int(e.id) for e in events if e.id and "." not in e.id]
     assert logged == [1, 2, 3, 4, 5, 6]
     first_delta = next(e for e in events if e.event == "message.delta")
-    assert first_delta.id == "1.1"
+    assert first_delta.id == "1.2"  # after position 1, the second event of the turn's run
     [action] = [e for e in events if e.event == "action.requested"]
     assert action.data["name"] == "remember"
     assert action.data["input"] == {"note": "water the plants"}
@@ -279,7 +279,7 @@ async def test_a_running_turn_is_cancelled_and_a_reset_archives_the_session(tmp_
     assert reset == (200, {"previous_session": "http:s1#g0", "generation": 1})
     assert after_reset["status"] == "new"
     assert after_reset["turns"] == []
-    assert transcript == {"messages": []}
+    assert transcript["messages"] == []
     assert archive is not None
     assert [m.turn_id for m in archive.transcript][:1] == [before_reset["turns"][0]["turn_id"]]
 
@@ -319,7 +319,7 @@ async def test_a_client_that_reconnects_mid_turn_gets_every_logged_event_exactly
         logged = [p for p, _ in await s.store.read_events(KEY, after=0, limit=99)]
 
     seen = [int(e.id) for e in first + second if e.id and "." not in e.id]
-    assert last_seen == "1.1"
+    assert last_seen == "1.2"
     assert seen == logged  # every committed event once, across both connections
     assert len(seen) == len(set(seen))
     assert [e.event for e in caught_up] == ["message.completed", "action.requested"]
@@ -375,3 +375,82 @@ async def test_a_client_gone_mid_stream_leaves_the_server_serving(tmp_path):
         status, done = await client.post("/api/sessions/s1/turns", {"text": "still here"})
     assert status == 200
     assert done["status"] == "completed"
+
+
+async def test_a_stream_ends_with_the_turn_even_when_the_log_dropped_its_last_event(tmp_path):
+    class LogFailsAfterStart(SQLiteStore):
+        async def append_events(self, key, bodies, *, at):
+            if any(body["type"] != "turn.started" for body in bodies):
+                raise StoreError("SQLite: disk I/O error")
+            return await super().append_events(key, bodies, at=at)
+
+    async with serving(tmp_path, store_class=LogFailsAfterStart, tools=[]) as served:
+        client = served.client()
+        async with client.stream("POST", "/api/sessions/s1/turns", {"text": "hi"}) as sse:
+            events = [await sse.next(), await sse.next()]
+            rest = await sse.response.content.read()
+
+    assert [e.event for e in events] == ["turn.started", "turn.completed"]
+    assert events[0].id == "1"
+    assert events[1].id is None  # told from the committed turn, not from the log
+    assert rest == b""
+
+
+async def test_a_stream_whose_store_fails_mid_way_ends_rather_than_hangs(tmp_path):
+    class ReadsFail(SQLiteStore):
+        reads = 0
+
+        async def read_events(self, key, *, after, limit):
+            ReadsFail.reads += 1
+            if ReadsFail.reads > 2:
+                raise StoreError("SQLite: disk I/O error")
+            return await super().read_events(key, after=after, limit=limit)
+
+    async with (
+        serving(tmp_path, store_class=ReadsFail) as served,
+        served.client().stream("GET", "/api/sessions/s1/events") as sse,
+        asyncio.timeout(5),
+    ):
+        rest = await sse.response.content.read()  # a poll's read fails: the stream ends
+
+    assert rest == b"retry: 1000\n\n"  # then nothing, and the end: the client reconnects
+
+
+async def test_a_retried_stream_for_a_known_turn_tells_its_story_and_ends(tmp_path):
+    async with serving(tmp_path) as served:
+        client = served.client()
+        body = {"text": "share the plan", "turn_id": "t-1"}
+        _, parked = await client.post("/api/sessions/s1/turns", body)
+        resume = "/api/sessions/s1/turns/t-1/resume"
+        await client.post(resume, {"input_id": "share", "value": True})
+        await served.runtime.session("bot", "http:s1").result("t-1")
+        async with client.stream("POST", "/api/sessions/s1/turns", body) as sse:
+            retold = await sse.until("turn.completed")
+        await client.post("/api/sessions/s1/reset")
+        archived = await client.post(
+            "/api/sessions/s1/turns", body, headers={"Accept": "text/event-stream"}
+        )
+
+    assert parked["status"] == "suspended"
+    assert retold[-1].data["text"].startswith("Shared")  # not the park it once was
+    assert archived[0] == 404
+
+
+async def test_a_follower_is_let_go_soon_after_its_client_leaves(tmp_path):
+    async with serving(tmp_path) as served:
+        async with served.client().stream("GET", "/api/sessions/s1/events"):
+            async with asyncio.timeout(5):
+                while served.log.followers(KEY) == 0:  # noqa: ASYNC110 - a count, no event
+                    await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            while served.log.followers(KEY):  # noqa: ASYNC110 - the client left: gone at a poll
+                await asyncio.sleep(0.01)
+
+    assert served.log.followers(KEY) == 0
+
+
+async def test_a_body_over_the_limit_is_refused(tmp_path):
+    async with serving(tmp_path) as served:
+        status, body = await served.client().post("/api/sessions/s1/turns", {"text": "x" * 300_000})
+    assert status == 413
+    assert body["error"]["code"] == "too_large"

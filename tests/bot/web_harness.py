@@ -148,6 +148,8 @@ async def serving(
     clock: Callable[[], float] | None = None,
     retention: float = 3600.0,
     authorize_answer: AuthorizeAnswer | None = None,
+    store_class: type[SQLiteStore] = SQLiteStore,
+    retry_delays: Sequence[float] = (0.01,),
 ) -> AsyncIterator[Served]:
     """The API of an agent (the offline one by default) on SQLite, on a free loopback port."""
     agent = Agent(
@@ -157,9 +159,16 @@ async def serving(
         tools=list(tools),
         authorize_answer=authorize_answer,
     )
-    store = await SQLiteStore.open(folder / "bot.db")
+    store = await store_class.open(folder / "bot.db")
     runtime = AgentRuntime(store, agent)
-    log = EventLog(store, retention=retention, clock=clock or time.time)
+    # a short poll: a follower notices a client gone, or a turn that ended unseen, quickly
+    log = EventLog(
+        store,
+        retention=retention,
+        clock=clock or time.time,
+        poll_seconds=0.05,
+        retry_delays=retry_delays,
+    )
     runtime.add_sink(log)
     api = Api(
         runtime=runtime,
