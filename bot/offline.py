@@ -7,15 +7,19 @@ newcomer can try the whole flow before they have any keys.
 
 from __future__ import annotations
 
+import uuid
+
 from agent import (
     EXPIRED,
     ModelReply,
     ModelRequest,
+    ToolCall,
     ToolContext,
     ToolMessage,
     UserMessage,
     tool,
 )
+from agent.messages import JsonValue
 from agent.testing import ScriptedModel, call, reply
 
 __all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]
@@ -70,6 +74,11 @@ def _asked(request: ModelRequest) -> str:
     return ""
 
 
+def _call(name: str, input: dict[str, JsonValue]) -> ToolCall:
+    # ids unique across restarts too, as a real model's are
+    return call(name, input, id=f"call_{uuid.uuid4().hex[:16]}")
+
+
 def _answer(request: ModelRequest) -> ModelReply:
     last = request.messages[-1]
     asked = _asked(request)
@@ -78,7 +87,7 @@ def _answer(request: ModelRequest) -> ModelReply:
     if isinstance(last, ToolMessage):
         result = last.result if isinstance(last.result, dict) else {}
         if last.name == "remember" and wants_share:
-            return reply("Asking you before I share it.", call("share_note", {"note": asked}))
+            return reply("Asking you before I share it.", _call("share_note", {"note": asked}))
         if last.name == "remember":
             hint = f" {HINT}" if "share_note" in offered else ""
             return reply(f"Noted: the notebook holds {result.get('notes', '?')} note(s).{hint}")
@@ -94,8 +103,8 @@ def _answer(request: ModelRequest) -> ModelReply:
         return reply(f"The {last.name} tool answered: {last.result}")
     wants_recall = "remember?" in asked.lower() or asked.lower().strip().startswith("recall")
     if wants_recall and "recall" in offered:
-        return reply(f"{INTRO} Reading the notebook.", call("recall", {}))
-    return reply(f"{INTRO} Noting that down.", call("remember", {"note": asked}))
+        return reply(f"{INTRO} Reading the notebook.", _call("recall", {}))
+    return reply(f"{INTRO} Noting that down.", _call("remember", {"note": asked}))
 
 
 def offline_model() -> ScriptedModel:

@@ -87,6 +87,8 @@ class _TurnBody(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     turn_id: str | None = Field(default=None, pattern=f"^{SESSION_ID_PATTERN}$")
     replace: bool = False
+    wait: bool = True
+    """False: answer 202 once the turn is admitted; its events come on /events."""
 
 
 class _ResumeBody(BaseModel):
@@ -326,6 +328,11 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
         policy=api.policy,
     )
     turn_id = await session.start(given, turn_id=body.turn_id, replace=body.replace)
+    if not streaming and not body.wait:
+        record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+        if record is None:
+            raise UnknownTurnError(f"turn {turn_id} was archived by a reset; start a new one")
+        return web.json_response({"turn_id": turn_id, "status": record.status}, status=202)
     if not streaming:
         return web.json_response(_outcome(await session.result(turn_id)))
     if not any(t.turn_id == turn_id for t in await session.turns()):

@@ -96,10 +96,16 @@ async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_pa
         await expect(page.locator("body")).to_have_attribute("data-turn", "waiting")
         await expect(page.locator("#composer")).to_be_disabled()
         await expect(page.locator(".tool-line").first).to_contain_text("remember")
+        # the card takes the focus, not Approve: a key typed as it appears decides nothing
+        await expect(approval).to_be_focused()
+        await page.keyboard.press("Enter")
+        await page.keyboard.press(" ")
+        await expect(page.locator("body")).to_have_attribute("data-turn", "waiting")
+        await page.keyboard.press("Tab")
         await expect(page.locator('#approval button[data-answer="approve"]')).to_be_focused()
         waiting_shot = tmp_path / "console.png"  # the README's picture: a request waiting
         await page.screenshot(path=str(waiting_shot))
-        await page.keyboard.press("Enter")  # Approve has the focus
+        await page.keyboard.press("Enter")
 
         await expect(page.locator("body")).to_have_attribute("data-turn", "idle", timeout=WAIT_MS)
         await expect(approval).to_have_count(0)

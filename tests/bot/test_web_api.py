@@ -55,6 +55,8 @@ async def test_a_json_turn_waits_and_the_same_turn_id_replays_rather_than_runs_a
         _, session = await client.get("/api/sessions/s1")
         _, transcript = await client.get("/api/sessions/s1/transcript")
         _, listed = await client.get("/api/sessions")
+        admitted = await client.post("/api/sessions/s2/turns", {"text": "later", "wait": False})
+        await served.runtime.session("bot", "http:s2").result(admitted[1]["turn_id"])
 
     assert (status, status_again) == (200, 200)
     assert first == {
@@ -70,6 +72,8 @@ async def test_a_json_turn_waits_and_the_same_turn_id_replays_rather_than_runs_a
     ]
     assert session["pending"] is None
     assert session["last_event_id"] == 6
+    assert admitted[0] == 202  # admitted, not awaited: its events come on /events
+    assert admitted[1]["status"] in {"queued", "running"}
     roles = [m["role"] for m in transcript["messages"]]
     assert roles == ["user", "assistant", "tool", "assistant"]
     assert transcript["messages"][0] == {
