@@ -35,6 +35,7 @@ from agent import (
     PolicyAnswerer,
     ResumeAuthorizationError,
     RuntimeClosedError,
+    SessionSuspendedError,
     Suspended,
     ToolMessage,
     TriggerMessage,
@@ -143,6 +144,14 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
         return error_response(ApiError(exc.status, "not_found", exc.reason))
     except ResumeAuthorizationError as exc:
         return error_response(ApiError(403, "forbidden", str(exc)))
+    except SessionSuspendedError:
+        return error_response(
+            ApiError(
+                409,
+                "waiting_for_answer",
+                "this session waits for an answer to a request: answer it or cancel its turn first",
+            )
+        )
     except (ConflictError, InvalidAnswerError, AuthorizeAnswerError, UnknownTurnError) as exc:
         status, code = _status_of(exc)
         return error_response(ApiError(status, code, str(exc)))

@@ -58,6 +58,13 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield fake
 
 
+async def clear_of_a_minute_boundary() -> None:
+    """Wait, if need be, so that runs a few seconds apart start in one wall-clock minute."""
+    second = datetime.now(UTC).second
+    if second > 40:
+        await asyncio.sleep(61 - second)
+
+
 async def test_run_schedule_posts_the_reply_once_even_when_run_twice_in_a_minute(
     slack: FakeSlack, tmp_path: Path
 ):
@@ -68,6 +75,7 @@ async def test_run_schedule_posts_the_reply_once_even_when_run_twice_in_a_minute
             "ANTHROPIC_BASE_URL": api.base_url,
         }
 
+        await clear_of_a_minute_boundary()  # both runs must fire the same minute's firing
         code, said = await command(slack, tmp_path, "run-schedule", "daily", env=claude)
         again, said_again = await command(slack, tmp_path, "run-schedule", "daily", env=claude)
 
@@ -95,6 +103,7 @@ async def test_two_processes_firing_the_same_schedule_at_once_run_and_post_it_on
             "BOT_CONFIG": str(tmp_path / "bot.toml"),
         }
         firing = ("run-schedule", "daily")
+        await clear_of_a_minute_boundary()
         first = await bot_process(
             slack, tmp_path, free_port(), *firing, stderr=asyncio.subprocess.STDOUT, **claude
         )

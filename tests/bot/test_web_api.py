@@ -127,6 +127,7 @@ async def test_only_the_speaker_answers_a_parked_turn_and_a_wrong_answer_is_refu
     assert "waits for 'share', not 'approve'" in wrong_id[1]["error"]["message"]
     assert wrong_value[0] == 400
     assert busy[0] == 409  # the session waits for the answer first
+    assert busy[1]["error"]["code"] == "waiting_for_answer"
     assert waiting["status"] == "suspended"
     assert waiting["pending"]["turn_id"] == turn_id
     assert waiting["pending"]["id"] == "share"
