@@ -15,7 +15,6 @@ is always one it can ask to continue from, in this process or another.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -124,9 +123,7 @@ class EventLog:
         key = SessionKey(event.agent, event.session)
         if self._only is not None and not self._only(key):
             return
-        tail = self._tails.get(key)
-        if tail is None:
-            tail = self._tails[key] = _Tail()
+        tail = self._tail(key)
         tail.pending.append(event)
         if tail.writer is None:
             tail.writer = asyncio.get_running_loop().create_task(
@@ -167,8 +164,19 @@ class EventLog:
                     self._publish(tail, batch, iter(positions))
         finally:
             tail.writer = None
-            if not tail.followers and not tail.pending:
-                self._tails.pop(key, None)
+            self._let_go_if_idle(key, tail)
+
+    def _tail(self, key: SessionKey) -> _Tail:
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tails[key] = _Tail()
+        return tail
+
+    def _let_go_if_idle(self, key: SessionKey, tail: _Tail) -> None:
+        # nobody writes or follows it: the next event or follower starts a new one
+        idle = tail.writer is None and not tail.followers and not tail.pending
+        if idle and self._tails.get(key) is tail:
+            del self._tails[key]
 
     def _publish(self, tail: _Tail, batch: list[TurnEvent], positions: Iterator[int]) -> None:
         for event in batch:
@@ -224,10 +232,6 @@ class EventLog:
 
     # -- reading --------------------------------------------------------------
 
-    async def last_position(self, key: SessionKey) -> int:
-        """The session's newest logged position (0 for none)."""
-        return (await self._store.event_bounds(key)).last
-
     async def follow(
         self, key: SessionKey, *, after: int = 0
     ) -> AsyncIterator[LogEntry | LogGap | None]:
@@ -237,9 +241,7 @@ class EventLog:
         whenever nothing happened for a poll period (a moment for a keep-alive).
         """
         queue: asyncio.Queue[LogEntry] = asyncio.Queue()
-        tail = self._tails.get(key)
-        if tail is None:
-            tail = self._tails[key] = _Tail()
+        tail = self._tail(key)
         # listen before reading: what is logged meanwhile is in both, and skipped once
         tail.followers.add(queue)
         try:
@@ -279,10 +281,7 @@ class EventLog:
                 yield entry
         finally:
             tail.followers.discard(queue)
-            if tail.writer is None and not tail.followers and not tail.pending:
-                with contextlib.suppress(KeyError):
-                    if self._tails[key] is tail:
-                        del self._tails[key]
+            self._let_go_if_idle(key, tail)
 
     async def _read_after(
         self, key: SessionKey, position: int, *, before: int | None = None

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
-from aiohttp import web
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -49,7 +48,7 @@ from bot.slack.server import bolt_app, web_app
 from bot.slack.tools import THREAD_TOOLS, slack_tools
 from bot.web.api import SOURCE as API_SOURCE
 from bot.web.api import Api, is_api_session
-from bot.web.app import mount_web, web_application
+from bot.web.app import listening, mount_web, web_application
 from bot.web.serve import api_for, event_log_for, pruning
 
 __all__ = [
@@ -283,7 +282,7 @@ async def _serving(
             if api is None:
                 yield
             else:
-                async with _listening(web_application(api), settings.port):
+                async with listening(web_application(api), "0.0.0.0", settings.port):
                     print(messages.api_beside_slack(settings.port), flush=True)
                     yield
         finally:
@@ -293,21 +292,9 @@ async def _serving(
     app = web_app(bolt, signing.get_secret_value())
     if api is not None:
         mount_web(app, api)
-    async with _listening(app, settings.port):
+    # every interface: Slack (or the proxy in front) must reach it
+    async with listening(app, "0.0.0.0", settings.port):
         print(f"Serving Slack events on http://0.0.0.0:{settings.port}/slack/events", flush=True)
         if api is not None:
             print(messages.api_beside_slack(settings.port), flush=True)
         yield
-
-
-@contextlib.asynccontextmanager
-async def _listening(app: web.Application, port: int) -> AsyncIterator[None]:
-    # a slow client must not hold the stop past Slack's patience (and the 10 s we promise)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    try:
-        # every interface: Slack (or the proxy in front) must reach it
-        await web.TCPSite(runner, "0.0.0.0", port).start()
-        yield
-    finally:
-        await runner.cleanup()

@@ -41,6 +41,7 @@ from agent import (
     TriggerMessage,
     TurnInput,
     TurnPolicy,
+    TurnRecord,
     TurnResult,
     UnknownTurnError,
     UserMessage,
@@ -322,9 +323,7 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
     streaming = "text/event-stream" in request.headers.get("Accept", "")
     # the position first: a turn unknown after it cannot have logged anything before it
     after = await api.log.settled_position(session.key)
-    known = None
-    if body.turn_id is not None:
-        known = next((t for t in await session.turns() if t.turn_id == body.turn_id), None)
+    known = None if body.turn_id is None else await _record(session, body.turn_id)
     given = TurnInput(
         text=body.text,
         user=principal,
@@ -337,15 +336,13 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
         policy=api.policy,
     )
     turn_id = await session.start(given, turn_id=body.turn_id, replace=body.replace)
-    if not streaming and not body.wait:
-        record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
-        if record is None:
-            raise UnknownTurnError(f"turn {turn_id} was archived by a reset; start a new one")
-        return web.json_response({"turn_id": turn_id, "status": record.status}, status=202)
-    if not streaming:
+    if not streaming and body.wait:
         return web.json_response(_outcome(await session.result(turn_id)))
-    if not any(t.turn_id == turn_id for t in await session.turns()):
+    record = await _record(session, turn_id)
+    if record is None:
         raise UnknownTurnError(f"turn {turn_id} was archived by a reset; start a new one")
+    if not streaming:
+        return web.json_response({"turn_id": turn_id, "status": record.status}, status=202)
     stream = EventStream(request)
     await stream.open()
     async with _streaming(stream, request):
@@ -382,8 +379,12 @@ async def _send_turn(
                 return
 
 
+async def _record(session: AgentSession, turn_id: str) -> TurnRecord | None:
+    return next((t for t in await session.turns() if t.turn_id == turn_id), None)
+
+
 async def _has_ended(session: AgentSession, turn_id: str) -> bool:
-    record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+    record = await _record(session, turn_id)
     return record is None or record.status not in TURN_STATUSES_UNFINISHED
 
 

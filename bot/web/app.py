@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
+from agent import ConfigError
 from bot.web.api import Api, api_app
 from bot.web.console import console_route
 
-__all__ = ["mount_web", "web_application"]
+__all__ = ["listening", "mount_web", "web_application"]
 
 
 def mount_web(app: web.Application, api: Api) -> None:
@@ -26,3 +30,25 @@ def web_application(api: Api) -> web.Application:
     mount_web(app, api)
     app.router.add_get("/healthz", _healthz)
     return app
+
+
+@contextlib.asynccontextmanager
+async def listening(app: web.Application, host: str, port: int) -> AsyncIterator[None]:
+    """Serve ``app`` on ``host:port`` while the block runs.
+
+    Raises:
+        ConfigError: The port is taken (or the host is not this machine's).
+    """
+    # a slow client must not hold a stop past Slack's patience (and the 10 s we promise)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); set PORT to a free port"
+            ) from None
+        yield
+    finally:
+        await runner.cleanup()

@@ -14,12 +14,9 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 
-from aiohttp import web
-
 from agent import (
     Agent,
     AgentRuntime,
-    ConfigError,
     EventLog,
     open_store,
     resolve_policy,
@@ -33,7 +30,7 @@ from bot.bot_config import load_bot_config
 from bot.config import Settings
 from bot.offline import DEMO_MODEL_NAME
 from bot.web.api import SOURCE, Api
-from bot.web.app import web_application
+from bot.web.app import listening, web_application
 from bot.web.auth import ApiAuth
 
 __all__ = ["PRUNE_EVERY_SECONDS", "api_for", "event_log_for", "pruning", "serve_local"]
@@ -107,7 +104,10 @@ async def serve_local(settings: Settings) -> None:
         resumed = await runtime.start()
         if resumed:
             print(f"Resumed {resumed} unfinished turn(s) from their last checkpoint.", flush=True)
-        async with _listening(settings, api) as address, pruning(log):
+        # loopback only unless tokens say who is asking
+        host = "127.0.0.1" if api.auth.is_local else "0.0.0.0"
+        async with listening(web_application(api), host, settings.port), pruning(log):
+            address = f"http://{host}:{settings.port}/"
             where = database_path(settings.database_url) or "memory"
             print(messages.local_mode(address, api.model, api.offline, where), flush=True)
             await stop.wait()
@@ -119,24 +119,6 @@ async def serve_local(settings: Settings) -> None:
         closing = getattr(agent.model, "aclose", None)
         if closing is not None:
             await closing()
-
-
-@contextlib.asynccontextmanager
-async def _listening(settings: Settings, api: Api) -> AsyncIterator[str]:
-    # loopback only unless tokens say who is asking
-    host = "127.0.0.1" if api.auth.is_local else "0.0.0.0"
-    runner = web.AppRunner(web_application(api), access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    try:
-        try:
-            await web.TCPSite(runner, host, settings.port).start()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot listen on {host}:{settings.port} ({exc.strerror}); set PORT to a free port"
-            ) from None
-        yield f"http://{'127.0.0.1' if api.auth.is_local else host}:{settings.port}/"
-    finally:
-        await runner.cleanup()
 
 
 @contextlib.asynccontextmanager

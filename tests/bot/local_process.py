@@ -7,31 +7,18 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.bot.test_slack_process import ROOT, WAIT, free_port
+from tests.bot.test_slack_process import ROOT, Running, free_port
 
 
-@dataclass
-class LocalBot:
-    proc: asyncio.subprocess.Process
-    base_url: str
-    out: list[str]
-
-    async def read_until(self, needle: str) -> str:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(WAIT):
-            while True:
-                for line in self.out:
-                    if needle in line:
-                        return line
-                raw = await self.proc.stdout.readline()
-                if not raw:
-                    raise AssertionError(f"the bot ended without {needle!r}: {self.out}")
-                self.out.append(raw.decode().rstrip("\n"))
+class LocalBot(Running):
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     async def rest(self) -> str:
+        """Everything it printed, once it has exited."""
         assert self.proc.stdout is not None
         self.out += (await self.proc.stdout.read()).decode().splitlines()
         return "\n".join(self.out)
@@ -50,6 +37,24 @@ def local_env(folder: Path, port: int, **extra: str) -> dict[str, str]:
     }
 
 
+async def run_to_exit(folder: Path, port: int, **extra: str) -> tuple[int, str, str]:
+    """Run ``python -m bot`` (expected to stop at once); its exit code, stdout and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=folder,
+        env=local_env(folder, port, **extra),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 @asynccontextmanager
 async def local_bot(folder: Path, port: int | None = None, **extra: str) -> AsyncIterator[LocalBot]:
     """Start ``python -m bot`` in local mode on ``folder``'s database; killed if left running."""
@@ -65,9 +70,9 @@ async def local_bot(folder: Path, port: int | None = None, **extra: str) -> Asyn
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    bot = LocalBot(proc, f"http://127.0.0.1:{port}", [])
+    bot = LocalBot(proc, port, [])
     try:
-        await bot.read_until("Open http://")
+        await bot.line_with("Open http://")
         yield bot
     finally:
         if proc.returncode is None:

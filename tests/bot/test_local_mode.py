@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 
 import aiohttp
 
-from tests.bot.local_process import local_bot, local_env
+from tests.bot.local_process import local_bot, run_to_exit
 from tests.bot.test_slack_process import free_port
 
 JSON = {"Content-Type": "application/json"}
@@ -20,7 +19,7 @@ async def test_with_no_credentials_it_serves_the_console_and_the_demo_flow_survi
     port = free_port()
     async with aiohttp.ClientSession() as http:
         async with local_bot(tmp_path, port) as bot:
-            await bot.read_until("ANTHROPIC_API_KEY")
+            await bot.line_with("ANTHROPIC_API_KEY")
             printed = "\n".join(bot.out)
             async with http.get(bot.base_url + "/") as r:
                 page = await r.text()
@@ -77,40 +76,18 @@ async def test_with_no_credentials_it_serves_the_console_and_the_demo_flow_survi
 async def test_a_port_in_use_is_named_and_stops_the_bot(tmp_path):
     port = free_port()
     async with local_bot(tmp_path, port):
-        second = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            cwd=tmp_path,
-            env=local_env(tmp_path, port),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        async with asyncio.timeout(30):
-            _, err = await second.communicate()
+        code, _, err = await run_to_exit(tmp_path, port)
 
-    assert second.returncode == 2
-    assert f"Cannot start: cannot listen on 127.0.0.1:{port}" in err.decode()
-    assert "set PORT to a free port" in err.decode()
-    assert "Traceback" not in err.decode()
+    assert code == 2
+    assert f"Cannot start: cannot listen on 127.0.0.1:{port}" in err
+    assert "set PORT to a free port" in err
+    assert "Traceback" not in err
 
 
 async def test_api_tokens_that_are_too_short_stop_the_bot_without_echoing_them(tmp_path):
     secret = "short-secret"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=tmp_path,
-        env=local_env(tmp_path, free_port(), API_TOKENS=f'{{"{secret}": "ana"}}'),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(30):
-        out, err = await proc.communicate()
+    code, out, err = await run_to_exit(tmp_path, free_port(), API_TOKENS=f'{{"{secret}": "ana"}}')
 
-    assert proc.returncode == 2
-    assert "API_TOKENS: token 1 must be at least 24 characters" in err.decode()
-    assert secret not in (out + err).decode()
+    assert code == 2
+    assert "API_TOKENS: token 1 must be at least 24 characters" in err
+    assert secret not in out + err

@@ -46,15 +46,22 @@ class Running:
     out: list[str]
 
     async def line_starting(self, prefix: str) -> str:
+        return await self.line_where(lambda line: line.startswith(prefix), prefix)
+
+    async def line_with(self, text: str) -> str:
+        return await self.line_where(lambda line: text in line, text)
+
+    async def line_where(self, matches: Callable[[str], bool], what: str) -> str:
+        """The first line printed that ``matches``, reading on until it comes."""
         assert self.proc.stdout is not None
         async with asyncio.timeout(WAIT):
             while True:
                 for line in self.out:
-                    if line.startswith(prefix):
+                    if matches(line):
                         return line
                 raw = await self.proc.stdout.readline()
                 if not raw:
-                    raise AssertionError(f"the bot ended without {prefix!r}: {self.out}")
+                    raise AssertionError(f"the bot ended without {what!r}: {self.out}")
                 self.out.append(raw.decode().rstrip("\n"))
 
 
