@@ -411,7 +411,7 @@ def check_wire(transcript: list[Message], where: str) -> None:
     wire = api_messages([*settled, UserMessage(turn_id="probe", text="and now?")])
     try:
         assert_valid_api_messages(wire)
-        _check_request({"model": "m", "max_tokens": 1, "messages": wire})
+        _check_request({"model": "claude-sonnet-5-5", "max_tokens": 1, "messages": wire})
     except Exception as exc:
         raise AssertionError(f"{where}: the API would refuse {wire}: {exc}") from exc
 

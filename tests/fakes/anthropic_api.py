@@ -11,6 +11,18 @@ It answers from a queue of responses, then from a script, then with "ok"; it
 refuses requests the real API would refuse (so adapter bugs show as 400s) and
 simulates prompt caching so usage shows cache reads and writes.
 
+Each model has its own rules (``anthropic_models``, applied by
+``anthropic_rules``): its thinking types, display values, effort levels,
+sampling, forced tool choice, prefill and max_tokens; an unknown model is a
+404. Thinking blocks are signed as the API signs them, in effect: the fake
+remembers each one it sent and refuses one it never sent, one that was
+changed, or one bound to another conversation, and drops one the model cannot
+read (``anthropic_thinking``; ``FakeAnthropic.dropped_thinking`` lists the
+drops). A reply's thinking comes back as the request's display asks: under
+"omitted", each thinking block is sent with an empty text and no
+thinking_delta. ``GET /v1/models`` and ``/v1/models/{id}`` answer from the
+same table.
+
 What the SDK (anthropic 2.14 on httpx2) raises, seen through
 ``client.messages.stream(...)``:
 
@@ -44,18 +56,29 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import inspect
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
 
+from tests.fakes.anthropic_models import MODELS, ModelRules, find_model, model_info
+from tests.fakes.anthropic_models_api import models_page
+from tests.fakes.anthropic_rules import (
+    BETA_BLOCK_BINDING,
+    Refused,
+    check_model_rules,
+    reply_display,
+)
+from tests.fakes.anthropic_thinking import Screening, ThinkingLedger, displayed
 from tests.fakes.local_server import serve_locally
 
 __all__ = [
@@ -181,12 +204,12 @@ _Answer: TypeAlias = Reply | Cut | StreamError | Hang
 Script: TypeAlias = Callable[[Json], Response | Awaitable[Response]]
 
 
-class _Rejected(Exception):
-    """The request is one the real API would refuse."""
+_Rejected = Refused
+"""The request is one the real API would refuse (shared with the rules modules)."""
 
-    def __init__(self, message: str, status: int = 400, error_type: str = "invalid_request_error"):
-        super().__init__(message)
-        self.fault = Fault(status, error_type, message)
+
+def _fault_of(rejected: Refused) -> Fault:
+    return Fault(rejected.status, rejected.error_type, rejected.message)
 
 
 class _ServerClosing(Exception):
@@ -213,8 +236,19 @@ def _block_type(block: Any) -> str:
     return str(block.get("type")) if isinstance(block, dict) else ""
 
 
-def _check_request(body: Json, *, counting: bool = False) -> None:
-    """Refuse what the real API refuses; ``counting`` is count_tokens, which has no max_tokens."""
+def _check_request(
+    body: Json,
+    *,
+    counting: bool = False,
+    betas: frozenset[str] = frozenset(),
+    hidden: frozenset[str] = frozenset(),
+) -> ModelRules:
+    """Refuse what the real API refuses, and return the model the request names.
+
+    ``counting`` is count_tokens, which has no max_tokens; ``betas`` the
+    ``anthropic-beta`` header's values; ``hidden`` models that are a 404 to this
+    key. The shape is checked first, then the model's own rules.
+    """
     required = ("model", "messages") if counting else ("model", "max_tokens", "messages")
     for name in required:
         if name not in body:
@@ -232,7 +266,13 @@ def _check_request(body: Json, *, counting: bool = False) -> None:
         _check_content(index, message, is_last=index == len(messages) - 1)
     _check_tool_pairs(messages)
     _check_cache_controls(body)
+    model = find_model(body["model"])
+    if model is None or model.id in hidden:
+        # not documented; what the API is seen to answer for an unknown or retired id
+        raise _Rejected(f"model: {body['model']}", 404, "not_found_error")
+    check_model_rules(body, model, counting=counting, betas=betas)
     _check_thinking(body)
+    return model
 
 
 def _check_system(system: Any) -> None:
@@ -398,6 +438,9 @@ def _check_cache_controls(body: Json) -> None:
 def _check_thinking(body: Json) -> None:
     """With manual thinking on, a tool loop must begin with the thinking that led to it.
 
+    Only reached where the model takes ``enabled`` at all: the model's rules
+    refuse it everywhere else first.
+
     Simplified from the real rule: the trailing tool loop is every message after
     the last user message that is not only tool results. Under
     ``{"type": "enabled"}`` (which thinks on every reply) its first assistant
@@ -484,9 +527,10 @@ def _prompt_elements(body: Json) -> list[tuple[str, Any]]:
     return elements
 
 
-def _measure(body: Json) -> _Prefix:
+def _measure(body: Json, model: str = "") -> _Prefix:
+    """The prompt's size and prefix hashes; ``model`` keys the hashes (each model's cache)."""
     elements = _prompt_elements(body)
-    running = hashlib.sha256()
+    running = hashlib.sha256(model.encode())
     hashes: list[str] = []
     tokens: list[int] = []
     breakpoints: list[int] = []
@@ -511,25 +555,27 @@ class _PromptCache:
     Each breakpoint (an element carrying cache_control) looks for a cached prefix
     ending at itself or at any of the ``CACHE_LOOKBACK`` positions before it; the
     longest hit is read. Only the prefix up to the last breakpoint is written, and
-    only when it is at least ``min_tokens`` long. Unlike the real API, the cache
-    never expires and ignores tool_choice and thinking settings.
+    only when it is at least ``min_tokens`` long ("model": the model's own
+    minimum). Each model has its own cache. Unlike the real API, the cache never
+    expires and ignores tool_choice and thinking settings.
     """
 
-    def __init__(self, min_tokens: int) -> None:
+    def __init__(self, min_tokens: int | Literal["model"]) -> None:
         self._min_tokens = min_tokens
         self._cached: dict[str, int] = {}
 
-    def usage(self, body: Json) -> dict[str, int]:
-        prefix = _measure(body)
+    def usage(self, body: Json, model: ModelRules) -> dict[str, int]:
+        prefix = _measure(body, model.id)
+        least = model.min_cache_tokens if self._min_tokens == "model" else self._min_tokens
         read = self._longest_hit(prefix)
         created = 0
         if prefix.breakpoints:
             last = prefix.breakpoints[-1]
             fresh = prefix.hashes[last] not in self._cached
-            if fresh and prefix.tokens[last] >= self._min_tokens:
+            if fresh and prefix.tokens[last] >= least:
                 created = prefix.tokens[last] - read
         for position in prefix.breakpoints:
-            if prefix.tokens[position] >= self._min_tokens:
+            if prefix.tokens[position] >= least:
                 self._cached[prefix.hashes[position]] = prefix.tokens[position]
         return {
             "input_tokens": prefix.total - read - created,
@@ -557,9 +603,15 @@ def _output_tokens(reply: Reply) -> int:
     return max(1, sum(_tokens(block) for block in reply.content))
 
 
-def _message(reply: Reply, model: str, usage: dict[str, int], *, whole: bool) -> Json:
-    """The Message object: complete, or as message_start opens it (empty, not yet stopped)."""
+def _message(
+    reply: Reply, model: str, usage: dict[str, int], *, whole: bool, extra: Json | None = None
+) -> Json:
+    """The Message object: complete, or as message_start opens it (empty, not yet stopped).
+
+    ``extra`` holds top-level fields only some requests get (``input_transformations``).
+    """
     return {
+        **(extra or {}),
         "id": _new_id("msg"),
         "type": "message",
         "role": "assistant",
@@ -607,9 +659,12 @@ def _block_events(index: int, block: Json, reply: Reply) -> list[Event]:
     return [("content_block_start", start), *deltas, ("content_block_stop", stop)]
 
 
-def _stream_events(reply: Reply, model: str, usage: dict[str, int]) -> list[Event]:
+def _stream_events(
+    reply: Reply, model: str, usage: dict[str, int], extra: Json | None = None
+) -> list[Event]:
     """Every SSE event of a streamed reply, in the order the API sends them."""
-    start = {"type": "message_start", "message": _message(reply, model, usage, whole=False)}
+    opened = _message(reply, model, usage, whole=False, extra=extra)
+    start = {"type": "message_start", "message": opened}
     events: list[Event] = [("message_start", start), ("ping", {"type": "ping"})]
     for index, block in enumerate(reply.content):
         events += _block_events(index, block, reply)
@@ -626,8 +681,45 @@ def _sse(event: Event) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _error_body(error_type: str, message: str) -> Json:
-    return {"type": "error", "error": {"type": error_type, "message": message}}
+def _error_body(error_type: str, message: str, request_id: str) -> Json:
+    """The errors page's shape; the same id goes in the ``request-id`` header."""
+    error = {"type": error_type, "message": message}
+    return {"type": "error", "error": error, "request_id": request_id}
+
+
+def _signed_blocks(events: Sequence[Event], reply: Reply) -> list[Json]:
+    """The thinking blocks whose signature (or redacted data) these events deliver."""
+    if not any(_block_type(b) in _THINKING_TYPES for b in reply.content):
+        return []
+    indexes = [
+        data["index"]
+        for name, data in events
+        if (name == "content_block_delta" and data["delta"]["type"] == "signature_delta")
+        or (name == "content_block_start" and data["content_block"]["type"] == "redacted_thinking")
+    ]
+    return [reply.content[i] for i in indexes]
+
+
+def _shown(response: _Answer, display: str) -> _Answer:
+    """The response with its reply's thinking as ``display`` sends it."""
+    reply = response if isinstance(response, Reply) else response.reply
+    content = displayed(reply.content, display)
+    if content is reply.content:
+        return response
+    shown = dataclasses.replace(reply, content=content)
+    return shown if isinstance(response, Reply) else dataclasses.replace(response, reply=shown)
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """What answering one request needs to know besides the response."""
+
+    model: str
+    """The model as the request named it, echoed in the reply."""
+    usage: dict[str, int]
+    issue: Callable[[list[Json]], None]
+    """Record thinking blocks as sent, before the events that carry them go out."""
+    extra: Json | None = None
 
 
 # --- the server ----------------------------------------------------------------------
@@ -641,21 +733,41 @@ class FakeAnthropic:
     each answered request. ``hung`` is set when a Hang starts waiting; it stays
     set, so clear it before waiting for a second one. ``abandoned`` counts the
     hung streams whose client closed the connection (an aborted request).
+
+    ``dropped_thinking`` lists the thinking blocks answered requests sent back
+    that the model could not read, each as ``{"path": "messages.i.content.j",
+    "reason": "model_binding_mismatch"}`` (or ``"prefix_binding_mismatch"`` under
+    ``block_binding``'s "drop_block"). ``models_requests`` holds every Models API
+    request as ``{"path", "query"}`` (a repeated query key keeps its first value).
+
+    ``min_cache_tokens`` is the shortest prefix the cache writes: 0 by default,
+    so short test prompts cache; ``"model"`` takes each model's real minimum.
+    ``unavailable_models`` are ids (or aliases) this key may not use: a 404 on
+    the Messages and Models APIs alike, and left out of the list.
     """
 
     def __init__(
-        self, script: Script | None = None, *, api_key: str = "test-key", min_cache_tokens: int = 0
+        self,
+        script: Script | None = None,
+        *,
+        api_key: str = "test-key",
+        min_cache_tokens: int | Literal["model"] = 0,
+        unavailable_models: Iterable[str] = (),
     ) -> None:
         self.requests: list[Json] = []
         self.request_headers: list[dict[str, str]] = []
         self.count_requests: list[Json] = []
         self.usages: list[dict[str, int]] = []
+        self.dropped_thinking: list[dict[str, str]] = []
+        self.models_requests: list[Json] = []
         self.hung = asyncio.Event()
         self.abandoned = 0
         self._script = script
         self._api_key = api_key
         self._queue: collections.deque[Response] = collections.deque()
         self._cache = _PromptCache(min_cache_tokens)
+        self._ledger = ThinkingLedger()
+        self._hidden = frozenset(_canonical_id(name) for name in unavailable_models)
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
@@ -674,6 +786,8 @@ class FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._on_messages)
         app.router.add_post("/v1/messages/count_tokens", self._on_count_tokens)
+        app.router.add_get("/v1/models", self._on_models)
+        app.router.add_get("/v1/models/{model_id}", self._on_model)
         # by shutdown every Hang has been let go, so streams end at once
         self._runner, self._base_url = await serve_locally(app)
         return self
@@ -694,28 +808,58 @@ class FakeAnthropic:
     async def _on_messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request, self.requests)
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
+        betas = _betas(request)
         try:
             self._check_headers(request)
-            _check_request(body)
+            model = _check_request(body, betas=betas, hidden=self._hidden)
+            screening = self._screen(body, model, betas)
         except _Rejected as rejected:
-            return _fault_response(rejected.fault)
+            return _fault_response(_fault_of(rejected))
         response = await self._next_response(body)
         if isinstance(response, Fault):
             return _fault_response(response)
-        usage = self._cache.usage(body)
+        self.dropped_thinking += screening.dropped
+        usage = self._cache.usage(screening.body, model)
         self.usages.append(usage)
+        # the binding beta reports drops in the reply; without it they are silent
+        reported = BETA_BLOCK_BINDING in betas
+        extra = {"input_transformations": _transformations(screening)} if reported else None
+        issue = functools.partial(self._issue, model=model, screening=screening)
+        exchange = _Exchange(body["model"], usage, issue, extra)
+        response = _shown(response, reply_display(body, model))
         if body.get("stream") is True:
-            return await self._answer_stream(request, response, body["model"], usage)
-        return await self._answer_whole(request, response, body["model"], usage)
+            return await self._answer_stream(request, response, exchange)
+        return await self._answer_whole(request, response, exchange)
 
     async def _on_count_tokens(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request, self.count_requests)
+        betas = _betas(request)
         try:
             self._check_headers(request)
-            _check_request(body, counting=True)
+            model = _check_request(body, counting=True, betas=betas, hidden=self._hidden)
+            # "The token counting endpoint runs the same check and returns the same 400"
+            screening = self._screen(body, model, betas)
         except _Rejected as rejected:
-            return _fault_response(rejected.fault)
-        return web.json_response({"input_tokens": _measure(body).total})
+            return _fault_response(_fault_of(rejected))
+        return _json_response({"input_tokens": _measure(screening.body).total})
+
+    async def _on_model(self, request: web.Request) -> web.StreamResponse:
+        self._record_models(request)
+        try:
+            self._check_headers(request, has_body=False)
+            model = self._available(request.match_info["model_id"])
+        except _Rejected as rejected:
+            return _fault_response(_fault_of(rejected))
+        return _json_response(model_info(model))
+
+    async def _on_models(self, request: web.Request) -> web.StreamResponse:
+        self._record_models(request)
+        try:
+            self._check_headers(request, has_body=False)
+            page = models_page([m for m in MODELS if m.id not in self._hidden], request.query)
+        except _Rejected as rejected:
+            return _fault_response(_fault_of(rejected))
+        return _json_response(page)
 
     async def _record(self, request: web.Request, into: list[Json]) -> Json:
         """The body, appended to ``into`` before any check so refused requests show too."""
@@ -729,14 +873,38 @@ class FakeAnthropic:
         into.append(body)
         return body
 
-    def _check_headers(self, request: web.Request) -> None:
+    def _record_models(self, request: web.Request) -> None:
+        self.models_requests.append({"path": request.path, "query": dict(request.query)})
+
+    def _check_headers(self, request: web.Request, *, has_body: bool = True) -> None:
         # Never echo the key that was sent: error messages end up in logs.
         if _sent_key(request) != self._api_key:
             raise _Rejected("invalid x-api-key", 401, "authentication_error")
         if not request.headers.get("anthropic-version"):
             raise _Rejected("anthropic-version: header is required")
-        if request.content_type != "application/json":
+        if has_body and request.content_type != "application/json":
             raise _Rejected("the request body must be JSON")
+
+    def _available(self, model_id: str) -> ModelRules:
+        model = find_model(model_id)
+        if model is None or model.id in self._hidden:
+            # not documented for the Models API; the Messages API's 404 text
+            raise _Rejected(f"model: {model_id}", 404, "not_found_error")
+        return model
+
+    def _screen(self, body: Json, model: ModelRules, betas: frozenset[str]) -> Screening:
+        thinking = body.get("thinking")
+        binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+        drop = (
+            BETA_BLOCK_BINDING in betas
+            and isinstance(binding, dict)
+            and binding.get("prefix_mismatch_behavior") == "drop_block"
+        )
+        return self._ledger.screen(body, model, drop_prefix_mismatch=drop)
+
+    def _issue(self, blocks: list[Json], model: ModelRules, screening: Screening) -> None:
+        if blocks:
+            self._ledger.issue(blocks, model, screening.prefix())
 
     async def _next_response(self, body: Json) -> Response:
         if self._queue:
@@ -749,7 +917,7 @@ class FakeAnthropic:
     # --- answers
 
     async def _answer_whole(
-        self, request: web.Request, response: _Answer, model: str, usage: dict[str, int]
+        self, request: web.Request, response: _Answer, exchange: _Exchange
     ) -> web.StreamResponse:
         """A non-streaming answer; the stream-only responses get their nearest meaning.
 
@@ -761,7 +929,11 @@ class FakeAnthropic:
             status = _STATUS_OF_ERROR.get(response.error_type, 500)
             return _fault_response(Fault(status, response.error_type, "Mid-request failure"))
         reply = response if isinstance(response, Reply) else response.reply
-        payload = json.dumps(_message(reply, model, usage, whole=True)).encode()
+        message = _message(reply, exchange.model, exchange.usage, whole=True, extra=exchange.extra)
+        payload = json.dumps(message).encode()
+        if not isinstance(response, Cut):
+            # half a JSON body delivers no block: only a whole answer signs its blocks
+            exchange.issue([b for b in reply.content if _block_type(b) in _THINKING_TYPES])
         if isinstance(response, Hang):
             with contextlib.suppress(_ServerClosing, ConnectionResetError):
                 await self._hang(response, request)
@@ -778,10 +950,10 @@ class FakeAnthropic:
         return out
 
     async def _answer_stream(
-        self, request: web.Request, response: _Answer, model: str, usage: dict[str, int]
+        self, request: web.Request, response: _Answer, exchange: _Exchange
     ) -> web.StreamResponse:
         reply = response if isinstance(response, Reply) else response.reply
-        events = _stream_events(reply, model, usage)
+        events = _stream_events(reply, exchange.model, exchange.usage, exchange.extra)
         split = len(events) if isinstance(response, Reply) else response.after_events
         out = web.StreamResponse(
             headers={"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -789,8 +961,9 @@ class FakeAnthropic:
         out.headers["request-id"] = _new_id("req")
         try:
             await out.prepare(request)
+            exchange.issue(_signed_blocks(events[:split], reply))
             await self._send(out, events[:split], reply.delay)
-            await self._finish_stream(request, out, response, events[split:])
+            await self._finish_stream(request, out, response, events[split:], exchange)
         except ConnectionError:
             pass  # the client went away (closed, or killed mid-stream): nobody left to tell
         except _ServerClosing:
@@ -798,15 +971,22 @@ class FakeAnthropic:
         return out
 
     async def _finish_stream(
-        self, request: web.Request, out: web.StreamResponse, response: _Answer, rest: list[Event]
+        self,
+        request: web.Request,
+        out: web.StreamResponse,
+        response: _Answer,
+        rest: list[Event],
+        exchange: _Exchange,
     ) -> None:
         if isinstance(response, Cut) and not response.clean:
             _drop_connection(request)
         elif isinstance(response, StreamError):
-            error = _error_body(response.error_type, f"{response.error_type} (fake, mid-stream)")
-            await out.write(_sse(("error", error)))
+            message = f"{response.error_type} (fake, mid-stream)"
+            request_id = out.headers["request-id"]
+            await out.write(_sse(("error", _error_body(response.error_type, message, request_id))))
         elif isinstance(response, Hang):
             await self._hang(response, request)
+            exchange.issue(_signed_blocks(rest, response.reply))
             await self._send(out, rest, response.reply.delay, pause_first=True)
 
     async def _send(
@@ -855,11 +1035,35 @@ async def _client_gone(request: web.Request) -> None:
 
 
 def _fault_response(fault: Fault) -> web.Response:
-    response = web.json_response(
-        _error_body(fault.error_type, fault.message), status=fault.status, headers=fault.headers
-    )
+    request_id = _new_id("req")
+    body = _error_body(fault.error_type, fault.message, request_id)
+    response = web.json_response(body, status=fault.status, headers=fault.headers)
+    response.headers["request-id"] = request_id
+    return response
+
+
+def _json_response(body: Json) -> web.Response:
+    response = web.json_response(body)
     response.headers["request-id"] = _new_id("req")
     return response
+
+
+def _betas(request: web.Request) -> frozenset[str]:
+    """The ``anthropic-beta`` values, which the SDK sends comma-separated in one header."""
+    values = ",".join(request.headers.getall("anthropic-beta", []))
+    return frozenset(v.strip() for v in values.split(",") if v.strip())
+
+
+def _canonical_id(name: str) -> str:
+    model = find_model(name)
+    if model is None:
+        raise ValueError(f"unavailable_models: {name!r} is not a model the fake knows")
+    return model.id
+
+
+def _transformations(screening: Screening) -> list[Json]:
+    """The drops as the binding beta reports them in ``input_transformations``."""
+    return [{"type": "thinking_dropped", **drop} for drop in screening.dropped]
 
 
 def _sent_key(request: web.Request) -> str | None:

@@ -12,7 +12,10 @@ from anthropic import AsyncAnthropic
 
 from tests.fakes.anthropic_api import Cut, FakeAnthropic, Fault, Hang, Reply, StreamError
 
-MODEL = "claude-fake-1"
+MODEL = "claude-sonnet-5-5"
+MANUAL = "claude-sonnet-4-6"
+"""A model that still takes manual thinking (``enabled`` with a budget)."""
+SUMMARIZED: Any = {"type": "adaptive", "display": "summarized"}
 HELLO: list[Any] = [{"role": "user", "content": "hi"}]
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -68,7 +71,7 @@ async def test_thinking_streams_with_its_signature() -> None:
     thought = {"type": "thinking", "thinking": "The user greets me.", "signature": "sig-123"}
     async with FakeAnthropic() as api, client(api) as c:
         api.queue(Reply([thought, {"type": "text", "text": "Hi!"}]))
-        events, message = await stream_all(c)
+        events, message = await stream_all(c, thinking=SUMMARIZED)
 
     assert len(deltas(events, "thinking_delta")) > 1
     assert [d.signature for d in deltas(events, "signature_delta")] == ["sig-123"]
@@ -252,6 +255,7 @@ def text(value: str, **extra: Any) -> dict[str, Any]:
 
 THINKING: Any = {"type": "enabled", "budget_tokens": 1024}
 THOUGHT = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+MANUAL_THINKING = {"model": MANUAL, "max_tokens": 2048, "thinking": THINKING}
 
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
     (
@@ -301,7 +305,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     (
         "tool loop dropped its thinking",
         {
-            "thinking": THINKING,
+            **MANUAL_THINKING,
             "messages": [
                 *HELLO,
                 {"role": "assistant", "content": [tool_call("t1")]},
@@ -309,6 +313,12 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
             ],
         },
         "Expected `thinking`",
+    ),
+    ("unknown model", {"model": "claude-fake-1"}, "model: claude-fake-1"),
+    (
+        "thinking the fake never sent",
+        {"messages": [*HELLO, {"role": "assistant", "content": [THOUGHT]}, *HELLO]},
+        "messages.1.content.0: Invalid `signature` in `thinking` block",
     ),
 ]
 
@@ -319,7 +329,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 async def test_refuses_what_the_api_refuses(body: dict[str, Any], complaint: str) -> None:
     params = {"model": MODEL, "max_tokens": 100, "messages": HELLO, **body}
     async with FakeAnthropic() as api, client(api) as c:
-        with pytest.raises(anthropic.BadRequestError) as caught:
+        with pytest.raises((anthropic.BadRequestError, anthropic.NotFoundError)) as caught:
             await c.messages.create(**params)
 
     assert complaint in str(caught.value)
@@ -329,17 +339,24 @@ async def test_refuses_what_the_api_refuses(body: dict[str, Any], complaint: str
 
 async def test_thinking_kept_through_the_tool_loop_is_accepted() -> None:
     # thinking begins the loop; later replies of the loop need not think again
-    messages: list[Any] = [
-        *HELLO,
-        {"role": "assistant", "content": [THOUGHT, tool_call("t1")]},
-        {"role": "user", "content": [tool_result("t1")]},
-        {"role": "assistant", "content": [tool_call("t2")]},
-        {"role": "user", "content": [tool_result("t2")]},
-    ]
     async with FakeAnthropic() as api, client(api) as c:
-        await c.messages.create(model=MODEL, max_tokens=100, messages=messages, thinking=THINKING)
+        api.queue(Reply([THOUGHT, tool_call("t1")], stop_reason="tool_use"), Reply.tool("t", {}))
+        first = await c.messages.create(**MANUAL_THINKING, messages=HELLO)
+        loop: list[Any] = [
+            *HELLO,
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {"role": "user", "content": [tool_result("t1")]},
+        ]
+        await c.messages.create(**MANUAL_THINKING, messages=loop)
+        messages: list[Any] = [
+            *loop,
+            {"role": "assistant", "content": [tool_call("t2")]},
+            {"role": "user", "content": [tool_result("t2")]},
+        ]
+        await c.messages.create(**MANUAL_THINKING, messages=messages)
 
-    assert len(api.usages) == 1
+    assert first.content[0].thinking == "hmm"  # the 4.6 models summarize by default
+    assert len(api.usages) == 3
 
 
 async def test_extending_a_cached_prefix_reads_it() -> None:
@@ -373,6 +390,28 @@ async def test_prefix_below_the_minimum_is_not_cached() -> None:
 
     assert [u["cache_read_input_tokens"] for u in api.usages] == [0, 0]
     assert [u["cache_creation_input_tokens"] for u in api.usages] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("model", "cached"), [("claude-sonnet-5-5", True), ("claude-sonnet-5", False)]
+)
+async def test_each_model_has_its_own_cache_minimum(model: str, cached: bool) -> None:
+    # about 700 tokens: over Sonnet 5.5's 512, under Sonnet 5's 1,024
+    long = [{"role": "user", "content": [text("word " * 560, cache_control=EPHEMERAL)]}]
+    async with FakeAnthropic(min_cache_tokens="model") as api, client(api) as c:
+        await stream_all(c, model=model, messages=long)
+        await stream_all(c, model=model, messages=long)
+
+    assert (api.usages[1]["cache_read_input_tokens"] > 0) is cached
+
+
+async def test_the_cache_is_per_model() -> None:
+    messages = [{"role": "user", "content": [text("hello", cache_control=EPHEMERAL)]}]
+    async with FakeAnthropic() as api, client(api) as c:
+        await stream_all(c, messages=messages)
+        await stream_all(c, model="claude-opus-5-5", messages=messages)
+
+    assert [u["cache_read_input_tokens"] for u in api.usages] == [0, 0]
 
 
 async def test_count_tokens() -> None:
