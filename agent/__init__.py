@@ -7,6 +7,7 @@ Claude (`AnthropicModel`) and the scripted model are implementations of them.
 
 from typing import TYPE_CHECKING, Any
 
+from agent._anthropic_rules import EFFORTS, Effort
 from agent._anthropic_settings import DEFAULT_MODEL, AnthropicSettings
 from agent._memory_store import MemoryStore
 from agent._sqlite_store import SQLiteStore
@@ -97,6 +98,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_RETENTION",
+    "EFFORTS",
     "EXPIRED",
     "ActionCompleted",
     "ActionRequested",
@@ -115,6 +117,7 @@ __all__ = [
     "Completed",
     "ConfigError",
     "ConflictError",
+    "Effort",
     "EventLog",
     "EventSink",
     "Failed",

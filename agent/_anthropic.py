@@ -22,8 +22,10 @@ from typing import Any
 import anthropic
 import httpx2
 
-from agent._anthropic_settings import AnthropicSettings
+from agent._anthropic_rules import refused_by_capabilities, rules_for
+from agent._anthropic_settings import DEFAULT_MODEL, AnthropicSettings
 from agent._anthropic_wire import (
+    ThinkingBinder,
     api_block,
     api_messages,
     api_system,
@@ -71,6 +73,8 @@ class AnthropicModel:
     def __init__(self, settings: AnthropicSettings | None = None) -> None:
         self.settings = settings or AnthropicSettings()
         self.settings.check()
+        self._rules = rules_for(self.settings.model)
+        self._shape = self.settings.shape()
         self._secret = self.settings.api_key
         try:
             self._client = self._new_client()
@@ -85,6 +89,7 @@ class AnthropicModel:
         self._cache: Json = {"type": "ephemeral"}
         if self.settings.cache_ttl != "5m":
             self._cache["ttl"] = self.settings.cache_ttl
+        self._binder = ThinkingBinder()
         self._window = (
             ContextWindow(budget=self.settings.context_budget, size=message_size)
             if self.settings.context_budget is not None
@@ -106,6 +111,55 @@ class AnthropicModel:
         """Close the HTTP connections."""
         await self._client.close()
 
+    async def check_access(self) -> None:
+        """Ask the Models API whether this key may use the model, before any turn runs.
+
+        A typo in the model id, a key the API refuses, a key without access to
+        the model, a retired model, or a model whose live capabilities refuse the
+        request this adapter would send each stop here, with a sentence naming the
+        setting. Not reaching the API (or the API failing) only warns: turns may
+        still work once it answers.
+
+        Raises:
+            ConfigError: The API said no.
+        """
+        model = self.settings.model
+        try:
+            client = self._client.with_options(
+                max_retries=1, timeout=anthropic.Timeout(10.0, connect=5.0)
+            )
+            info = await client.models.retrieve(model)
+        except anthropic.NotFoundError:
+            raise ConfigError(
+                f"ANTHROPIC_MODEL={model} is not a model this API key can use (the Models "
+                f"API does not know it): check its spelling, such as {DEFAULT_MODEL}"
+            ) from None
+        except anthropic.AuthenticationError:
+            raise ConfigError(
+                "the Anthropic API refused ANTHROPIC_API_KEY (401): check the key"
+            ) from None
+        except anthropic.PermissionDeniedError:
+            raise ConfigError(
+                f"ANTHROPIC_API_KEY may not use ANTHROPIC_MODEL={model} (403): pick a model "
+                "the key's organization has access to"
+            ) from None
+        except anthropic.APIError as exc:
+            log.warning(
+                "could not ask the Models API about %s (%s); going on, turns will say if "
+                "the model cannot be used",
+                model,
+                self._error(exc),
+            )
+            return
+        if info.lifecycle == "retired":
+            raise ConfigError(f"ANTHROPIC_MODEL={model} is retired: pick a current model")
+        if info.lifecycle == "deprecated":
+            when = f" on {info.retires_at:%Y-%m-%d}" if info.retires_at else ""
+            log.warning("ANTHROPIC_MODEL=%s is deprecated and retires%s", model, when)
+        problems = refused_by_capabilities(self._shape, info.capabilities, model)
+        if problems:
+            raise ConfigError("; ".join(problems))
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Stream Claude's reply to ``request``: deltas, then one `ModelReply`.
 
@@ -118,11 +172,14 @@ class AnthropicModel:
                 messages = await self._fitted(request)
         except TimeoutError as exc:
             raise self._late() from exc
-        params = self._params(request, messages)
+        params, digest = self._params(request, messages)
         content: list[ContentBlock] = []
         usage = Usage()
         continuation: list[Json] = []
-        for _ in range(MAX_CONTINUATIONS + 1):
+        # carrying on a paused reply sends it back as the last message: a prefill,
+        # which the 4.6 and later models refuse; there the reply is taken as it is
+        continuations = MAX_CONTINUATIONS if self._rules.prefill else 0
+        for _ in range(continuations + 1):
             part = _Reply()
             async for delta in self._stream_once(params, continuation, part, deadline):
                 yield delta
@@ -131,7 +188,13 @@ class AnthropicModel:
             continuation += part.raw_blocks
             if part.stop_reason != "pause_turn":
                 break
-        yield ModelReply(content=tuple(content), stop_reason=part.stop_reason, usage=usage)
+        yield ModelReply(
+            content=tuple(content),
+            stop_reason=part.stop_reason,
+            usage=usage,
+            model=self.settings.model,
+            prompt_digest=digest,
+        )
 
     # -- one call ------------------------------------------------------------
 
@@ -178,33 +241,47 @@ class AnthropicModel:
             raise ModelError("the reply stream ended before the reply was complete", retryable=True)
         part.finish(final)
 
-    def _params(self, request: ModelRequest, messages: Sequence[Message]) -> Json:
-        wire = api_messages(messages)
+    def _params(self, request: ModelRequest, messages: Sequence[Message]) -> tuple[Json, str]:
+        """The request's fields, and the digest of its prompt to keep with the reply."""
+        bound, digest = self._bound(request, messages)
+        wire = api_messages(bound)
         mark_cache_points(wire, self._cache)
         system = api_system(request.system, self._cache)
         params: Json = {
             "model": self.settings.model,
             "max_tokens": self.settings.max_tokens,
             "messages": wire,
-            "thinking": self._thinking(messages),
+            **self._model_fields(bound),
         }
         if system is not None:
             params["system"] = system
         if request.tools:
             params["tools"] = api_tools(request.tools, None if system else self._cache)
-        return params
+        return params, digest
 
-    def _thinking(self, messages: Sequence[Message]) -> Json:
-        if not self.settings.thinking:
-            return {"type": "disabled"}
-        if self.settings.thinking_budget is None:
-            # adaptive thinking may skip a step, so a reply without it proves nothing
-            return {"type": "adaptive"}
-        if turn_began_without_thinking(messages):
+    def _bound(
+        self, request: ModelRequest, messages: Sequence[Message]
+    ) -> tuple[list[Message], str]:
+        return self._binder.bind(
+            f"{request.agent}\x1f{request.session_id}",
+            messages,
+            model=self.settings.model,
+            system=request.system,
+            tools=request.tools,
+        )
+
+    def _model_fields(self, messages: Sequence[Message]) -> Json:
+        """``thinking`` and ``output_config``, as the model takes them (`_anthropic_rules`)."""
+        shape = self._shape
+        thinking = shape.thinking
+        if shape.manual and shape.off is not None and turn_began_without_thinking(messages):
             # manual thinking thinks on every reply: a loop begun without it began with
             # thinking off (before a restart that turned it on) and must end that way
-            return {"type": "disabled"}
-        return {"type": "enabled", "budget_tokens": self.settings.thinking_budget}
+            thinking = shape.off
+        fields: Json = {"thinking": thinking}
+        if shape.output_config is not None:
+            fields["output_config"] = shape.output_config
+        return fields
 
     # -- the context window --------------------------------------------------
 
@@ -222,10 +299,11 @@ class AnthropicModel:
         )
 
     async def _count(self, request: ModelRequest, messages: Sequence[Message]) -> int:
+        bound, _ = self._bound(request, messages)
         params: Json = {
             "model": self.settings.model,
-            "messages": api_messages(messages),
-            "thinking": self._thinking(messages),
+            "messages": api_messages(bound),
+            **self._model_fields(bound),
         }
         if request.system.strip():
             params["system"] = request.system

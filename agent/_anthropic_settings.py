@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agent._anthropic_rules import Effort, RequestShape, request_shape
 from agent.errors import ConfigError
 
 __all__ = ["DEFAULT_MODEL", "AnthropicSettings"]
@@ -25,10 +26,15 @@ class AnthropicSettings:
     base_url: str | None = None
     """Without it the SDK looks in ``ANTHROPIC_BASE_URL``, then uses Anthropic's own."""
     max_tokens: int = 16_000
-    thinking: bool = False
-    """Extended thinking; its blocks are stored and echoed back as the API requires."""
+    thinking: bool | None = None
+    """True to think, False not to (refused where the model always thinks); None for the
+    least the model offers: off where it can be turned off. Thinking blocks are stored
+    and sent back as the API requires."""
     thinking_budget: int | None = None
-    """Tokens of thinking per reply (manual thinking); without it the model decides (adaptive)."""
+    """Tokens of thinking per reply (manual thinking, on the models that still have it);
+    without it the model decides (adaptive)."""
+    effort: Effort | None = None
+    """``output_config.effort``: how much the model thinks and writes; None is the API's default."""
     cache_ttl: Literal["5m", "1h"] = "5m"
     context_budget: int | None = 150_000
     """Input tokens a request may hold; past it an older stretch of the thread is left out."""
@@ -42,27 +48,40 @@ class AnthropicSettings:
     max_retry_wait: float = 30.0
     """The longest the SDK waits before a retry, whatever ``retry-after`` asks."""
 
+    def shape(self) -> RequestShape:
+        """The thinking and effort fields of every request, and what the model would refuse."""
+        return request_shape(
+            self.model,
+            thinking=self.thinking,
+            budget=self.thinking_budget,
+            effort=self.effort,
+            max_tokens=self.max_tokens,
+        )
+
     def check(self) -> None:
         """Refuse settings the API would refuse on every request.
 
         Raises:
-            ConfigError: Naming each problem.
+            ConfigError: Naming each problem, and each setting involved.
         """
-        problems = []
+        problems: list[str] = []
         key = self.api_key
         if key is not None and (not key or any(c.isspace() or not c.isprintable() for c in key)):
             # the SDK would put it in a header as is: it fails there, after retries,
             # as a "connection error" whose cause quotes the key
             problems.append("the API key is empty or holds spaces or line breaks")
         if self.max_tokens < 1:
-            problems.append("max_tokens must be positive")
+            problems.append("ANTHROPIC_MAX_TOKENS must be positive")
         if self.thinking_budget is not None and not (
             1024 <= self.thinking_budget < self.max_tokens
         ):
-            problems.append("thinking_budget must be at least 1024 and less than max_tokens")
+            problems.append(
+                "ANTHROPIC_THINKING_BUDGET must be at least 1024 and less than ANTHROPIC_MAX_TOKENS"
+            )
+        problems += self.shape().problems
         if self.context_budget is not None and self.context_budget < 1_000:
-            problems.append("context_budget must be at least 1000 tokens")
+            problems.append("ANTHROPIC_CONTEXT_BUDGET must be at least 1000 tokens")
         if self.read_timeout <= 0 or self.step_timeout <= 0:
-            problems.append("timeouts must be positive")
+            problems.append("ANTHROPIC_READ_TIMEOUT and ANTHROPIC_STEP_TIMEOUT must be positive")
         if problems:
             raise ConfigError("Anthropic settings: " + "; ".join(problems))

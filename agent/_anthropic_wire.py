@@ -7,7 +7,10 @@ exactly, at most four cache breakpoints), and tests check them on their own.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,10 +29,12 @@ from agent.messages import (
 from agent.model import ToolSpec
 
 __all__ = [
+    "ThinkingBinder",
     "api_block",
     "api_messages",
     "api_system",
     "api_tools",
+    "bind_thinking",
     "mark_cache_points",
     "message_size",
     "turn_began_without_thinking",
@@ -80,6 +85,101 @@ def _is_sendable(block: ContentBlock) -> bool:
     return not (isinstance(block, TextBlock) and not block.text.strip())
 
 
+def bind_thinking(
+    messages: Sequence[Message], *, model: str, system: str, tools: Sequence[ToolSpec]
+) -> tuple[list[Message], str]:
+    """The messages with thinking blocks left only where the API still takes them.
+
+    A thinking block is tied to the model that wrote it and to the conversation
+    it was written in: another model cannot read it, and on the newest models a
+    block replayed after the system prompt, the tools or an earlier message
+    changed (a policy edited mid-thread, a window that left older messages
+    out) is refused. So each reply keeps the digest of the request that
+    produced it; a reply whose model or digest no longer matches what this
+    request sends before it goes without its thinking (the transcript keeps it).
+
+    Returns:
+        The messages to send, and the digest of this request's prompt, to keep
+        with the reply it produces.
+    """
+    return ThinkingBinder(remembered=0).bind("", messages, model=model, system=system, tools=tools)
+
+
+@dataclasses.dataclass(slots=True)
+class _Bound:
+    head: bytes
+    seen: list[Message]
+    sent: list[Message]
+    running: Any
+
+
+class ThinkingBinder:
+    """`bind_thinking` for transcripts that grow: a message hashed once is not hashed again.
+
+    Per session it remembers the messages of the last request (the very objects)
+    and the digest so far; a request whose messages begin with those same
+    objects, under the same model, system prompt and tools, hashes only what is
+    new. Anything else (a window that cut the thread, a changed prompt) starts over.
+    """
+
+    def __init__(self, remembered: int = 1_000) -> None:
+        self._remembered = remembered
+        self._memory: OrderedDict[str, _Bound] = OrderedDict()
+
+    def bind(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        system: str,
+        tools: Sequence[ToolSpec],
+    ) -> tuple[list[Message], str]:
+        """`bind_thinking` of ``messages`` for session ``key``."""
+        head = _canonical([model, system, [_tool_json(t) for t in tools]])
+        known = self._memory.pop(key, None)
+        if known is not None and known.head == head and _begins_with(messages, known.seen):
+            running, sent, start = known.running.copy(), list(known.sent), len(known.seen)
+        else:
+            running, sent, start = hashlib.sha256(head), [], 0
+        for message in messages[start:]:
+            if isinstance(message, AssistantMessage) and _is_unbound(message, model, running):
+                kept = tuple(b for b in message.content if not _is_thinking(b))
+                message = dataclasses.replace(message, content=kept)
+            running.update(_canonical(_role_and_blocks(message)))
+            sent.append(message)
+        if self._remembered:
+            self._memory[key] = _Bound(head, list(messages), list(sent), running.copy())
+            while len(self._memory) > self._remembered:
+                self._memory.popitem(last=False)
+        return sent, running.hexdigest()
+
+
+def _begins_with(messages: Sequence[Message], known: list[Message]) -> bool:
+    return len(known) <= len(messages) and all(
+        a is b for a, b in zip(known, messages, strict=False)
+    )
+
+
+def _is_unbound(message: AssistantMessage, model: str, running: Any) -> bool:
+    """Whether the reply holds thinking its model or its conversation no longer vouches for."""
+    if not any(_is_thinking(b) for b in message.content):
+        return False
+    return message.model != model or message.prompt_digest != running.hexdigest()
+
+
+def _is_thinking(block: ContentBlock) -> bool:
+    return isinstance(block, (ThinkingBlock, RedactedThinkingBlock))
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _tool_json(tool: ToolSpec) -> Json:
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+
+
 def api_block(block: ContentBlock) -> Json:
     """One content block of a committed reply, as the API sent it."""
     if isinstance(block, TextBlock):
@@ -128,10 +228,7 @@ def api_system(system: str, cache: Json | None) -> list[Json] | None:
 
 def api_tools(tools: Sequence[ToolSpec], cache: Json | None) -> list[Json]:
     """The tools offered; a breakpoint on the last when no system prompt holds one."""
-    out: list[Json] = [
-        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-        for t in tools
-    ]
+    out: list[Json] = [_tool_json(t) for t in tools]
     if out and cache is not None:
         out[-1] = {**out[-1], "cache_control": cache}
     return out

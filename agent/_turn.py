@@ -341,6 +341,8 @@ class TurnRun:
             content=reply.content,
             stop_reason=reply.stop_reason,
             usage=reply.usage,
+            model=reply.model,
+            prompt_digest=reply.prompt_digest,
         )
         # the memo points at the message it committed with; the reply is stored once
         committed = (

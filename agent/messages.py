@@ -126,6 +126,11 @@ class AssistantMessage:
     content: tuple[ContentBlock, ...] = ()
     stop_reason: str | None = None
     usage: Usage | None = None
+    model: str | None = None
+    """The model that wrote it: its thinking blocks are sent back to that model only."""
+    prompt_digest: str | None = None
+    """A digest of the request that produced it, as the model adapter computed it: a
+    provider that ties thinking to its conversation refuses the blocks once it changed."""
 
     @property
     def text(self) -> str:

@@ -72,6 +72,10 @@ class ModelReply:
     content: tuple[ContentBlock, ...] = ()
     stop_reason: str = "end_turn"
     usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    """The model that wrote the reply, kept with the assistant message."""
+    prompt_digest: str | None = None
+    """The adapter's digest of the request, kept with the assistant message."""
 
     @property
     def is_abnormal(self) -> bool:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from agent import ConfigError, open_store
 from agent.store import database_path
 from bot import messages
-from bot.agents import build_agent
+from bot.agents import build_agent, check_model
 from bot.bot_config import load_bot_config
 from bot.config import Settings, load_settings
 from bot.offline import recall, remember
@@ -22,6 +22,7 @@ async def run_terminal(settings: Settings, given: list[str] | None) -> None:
     """Chat in the terminal with the configured agent, on the configured database."""
     # nobody can answer an approval in a terminal: the tool that asks for one is left out
     agent = build_agent(settings, [remember, recall])
+    await check_model(agent)
     where = database_path(settings.database_url) or "memory"
     if settings.anthropic_api_key is not None:
         print(messages.terminal_with_claude(settings.anthropic_model, where))
@@ -137,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return fire_schedule(settings, args[1])
     if args[:1] == ["chat"]:
-        asyncio.run(run_terminal(settings, args[1:] or None))
+        try:
+            asyncio.run(run_terminal(settings, args[1:] or None))
+        except ConfigError as exc:
+            print(f"Cannot start: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args:
         print(USAGE, file=sys.stderr)

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError
+from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort
 from agent.store import database_path
 
 __all__ = ["Settings", "load_settings"]
@@ -48,9 +48,13 @@ class Settings(BaseSettings):
     """Read by the SDK too; set here so a ``.env`` file works as well as the environment."""
     anthropic_model: str = DEFAULT_MODEL
     anthropic_max_tokens: int = 16_000
-    anthropic_thinking: bool = False
+    anthropic_thinking: bool | None = None
+    """Unset: the least thinking the model offers (off where it can be turned off)."""
     anthropic_thinking_budget: int | None = None
-    """Tokens of thinking per reply; unset lets the model decide (adaptive thinking)."""
+    """Tokens of thinking per reply, on the models that still take a budget; unset lets
+    the model decide (adaptive thinking)."""
+    anthropic_effort: Effort | None = None
+    """``low`` to ``max``: how much the model thinks and writes; unset is the API's default."""
     anthropic_cache_ttl: Literal["5m", "1h"] = "5m"
     anthropic_context_budget: int | None = 150_000
     anthropic_read_timeout: float = 60.0
@@ -63,6 +67,9 @@ class Settings(BaseSettings):
         "slack_app_token",
         "anthropic_api_key",
         "api_tokens",
+        "anthropic_thinking",
+        "anthropic_thinking_budget",
+        "anthropic_effort",
         mode="before",
     )
     @classmethod
@@ -177,6 +184,7 @@ class Settings(BaseSettings):
             max_tokens=self.anthropic_max_tokens,
             thinking=self.anthropic_thinking,
             thinking_budget=self.anthropic_thinking_budget,
+            effort=self.anthropic_effort,
             cache_ttl=self.anthropic_cache_ttl,
             context_budget=self.anthropic_context_budget,
             read_timeout=self.anthropic_read_timeout,

@@ -37,7 +37,7 @@ from agent import (
     warn_unmounted_surfaces,
 )
 from bot import messages
-from bot.agents import build_agent
+from bot.agents import build_agent, check_model
 from bot.bot_config import BotConfig, load_bot_config
 from bot.config import Settings
 from bot.policies import SOURCE, PolicyBook, check_channel_policies
@@ -142,6 +142,7 @@ async def _engine(
     agent = build_agent(settings, slack_tools(client), surfaces=config.surfaces)
     warn_unmounted_surfaces(agent, [SOURCE, API_SOURCE] if serve_api else [SOURCE])
     check_channel_policies(agent, config)  # before the store: a refusal leaves nothing open
+    await check_model(agent)
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
     api = None

@@ -25,7 +25,7 @@ from agent import (
 from agent.ports import SessionKey
 from agent.store import database_path
 from bot import messages
-from bot.agents import build_agent
+from bot.agents import build_agent, check_model
 from bot.bot_config import load_bot_config
 from bot.config import Settings
 from bot.offline import DEMO_MODEL_NAME
@@ -96,6 +96,7 @@ async def serve_local(settings: Settings) -> None:
     config = load_bot_config(settings.bot_config)
     agent = build_agent(settings, surfaces=config.surfaces)
     warn_unmounted_surfaces(agent, [SOURCE])
+    await check_model(agent)
     store = await open_store(settings.database_url)
     runtime = AgentRuntime(store, agent)
     log = event_log_for(settings, runtime)

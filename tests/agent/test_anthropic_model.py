@@ -189,7 +189,8 @@ async def test_pause_turn_continues_the_same_step_into_one_reply(
 ):
     api.queue(Reply.text("Searching the archive. ", stop_reason="pause_turn"))
     api.queue(Reply.text("Found it: the deploy is Friday."))
-    runtime, _ = await runtime_for(claude())
+    # carrying on sends the paused reply back last: a prefill, taken by the 4.5 models only
+    runtime, _ = await runtime_for(claude(model="claude-haiku-4-5"))
     done = await runtime.session("a", "s1").turn("When is the deploy?")
 
     assert done.text == "Searching the archive. Found it: the deploy is Friday."
@@ -199,6 +200,20 @@ async def test_pause_turn_continues_the_same_step_into_one_reply(
     assert continued[-1]["role"] == "assistant"
     # sent back as it came, but for the trailing space the API refuses there
     assert continued[-1]["content"][0]["text"] == "Searching the archive."
+
+
+async def test_pause_turn_on_a_model_that_refuses_prefill_is_taken_as_it_is(
+    api, claude, runtime_for, sqlite_store
+):
+    api.queue(Reply.text("Searching the archive.", stop_reason="pause_turn"))
+    runtime, _ = await runtime_for(claude())  # claude-sonnet-5-5 refuses a prefill
+
+    done = await runtime.session("a", "s1").turn("When is the deploy?")
+
+    assert done.text == "Searching the archive."
+    assert len(api.requests) == 1  # no request ending with the assistant's message
+    stored = await transcript(sqlite_store)
+    assert stored[-1].stop_reason == "pause_turn"  # it had content, so it committed
 
 
 # -- 4. thinking ----------------------------------------------------------------------------
@@ -213,7 +228,8 @@ async def test_thinking_blocks_are_stored_and_sent_back_with_their_signature(
     runtime, sink = await runtime_for(claude(thinking=True), tools=[lookup])
     await runtime.session("a", "s1").turn("Weather in Paris?")
 
-    assert api.requests[0]["thinking"] == {"type": "adaptive"}
+    # the text between tool calls comes back empty unless a display asks for it
+    assert api.requests[0]["thinking"] == {"type": "adaptive", "display": "summarized"}
     stored = await transcript(sqlite_store)
     assert stored[1].content[0] == ThinkingBlock(
         thinking="Paris needs a lookup.", signature="sig-123"
@@ -223,12 +239,15 @@ async def test_thinking_blocks_are_stored_and_sent_back_with_their_signature(
     assert reasoning == "Paris needs a lookup."
 
 
-async def test_thinking_is_off_unless_asked_and_takes_a_budget(api, claude, runtime_for):
+async def test_thinking_is_off_unless_asked_and_takes_a_budget_where_one_exists(
+    api, claude, runtime_for
+):
     runtime, _ = await runtime_for(claude())
     await runtime.session("a", "s1").turn("hi")
-    assert api.requests[-1]["thinking"] == {"type": "disabled"}
+    assert api.requests[-1]["thinking"] == {"type": "between_tools"}  # Sonnet 5.5's "off"
 
-    runtime, _ = await runtime_for(claude(thinking=True, thinking_budget=2048))
+    manual = claude(model="claude-sonnet-4-6", thinking=True, thinking_budget=2048)
+    runtime, _ = await runtime_for(manual)
     await runtime.session("a", "s2").turn("hi")
     assert api.requests[-1]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
 
@@ -387,8 +406,12 @@ async def test_an_invalid_request_fails_with_the_providers_reason(api, claude, r
 def test_settings_the_api_would_refuse_are_refused_up_front():
     from agent import ConfigError
 
-    with pytest.raises(ConfigError, match="thinking_budget"):
-        AnthropicModel(AnthropicSettings(api_key="k", thinking=True, thinking_budget=100))
+    with pytest.raises(ConfigError, match="ANTHROPIC_THINKING_BUDGET must be at least 1024"):
+        AnthropicModel(
+            AnthropicSettings(
+                api_key="k", model="claude-sonnet-4-6", thinking=True, thinking_budget=100
+            )
+        )
     assert "sk-secret" not in repr(AnthropicSettings(api_key="sk-secret"))
 
 
@@ -475,7 +498,7 @@ async def test_pause_turn_continues_a_bounded_number_of_times(
     from agent._anthropic import MAX_CONTINUATIONS
 
     api.queue(*[Reply.text(f"part {n}.", stop_reason="pause_turn") for n in range(10)])
-    runtime, _ = await runtime_for(claude())
+    runtime, _ = await runtime_for(claude(model="claude-haiku-4-5"))
     done = await runtime.session("a", "s1").turn("Research this")
     assert len(api.requests) == MAX_CONTINUATIONS + 1
     assert done.text == "".join(f"part {n}." for n in range(MAX_CONTINUATIONS + 1))
@@ -509,7 +532,8 @@ async def test_a_multi_step_tool_loop_under_manual_thinking_is_accepted(
         Reply.tool("lookup", {"city": "Lyon"}, id="toolu_2"),
         Reply.text("Sunny in both."),
     )
-    runtime, _ = await runtime_for(claude(thinking=True, thinking_budget=2048), tools=[lookup])
+    manual = claude(model="claude-sonnet-4-6", thinking=True, thinking_budget=2048)
+    runtime, _ = await runtime_for(manual, tools=[lookup])
     done = await runtime.session("a", "s1").turn("Paris and Lyon?")
     assert done.text == "Sunny in both."
     assert [b["thinking"] for b in api.requests] == [{"type": "enabled", "budget_tokens": 2048}] * 3
@@ -521,7 +545,7 @@ async def test_a_loop_begun_without_thinking_finishes_without_it_after_thinking_
 ):
     # the step after the tool never answers: the deploy lands mid-turn
     api.queue(Reply.tool("lookup", {"city": "Paris"}, id="toolu_1"), Hang(Reply.text("x"), 1))
-    runtime, _ = await runtime_for(claude(), tools=[lookup])
+    runtime, _ = await runtime_for(claude(model="claude-sonnet-4-6"), tools=[lookup])
     session = runtime.session("a", "s1")
     turn_id = await session.start("Weather?")
     await asyncio.wait_for(api.hung.wait(), 10)  # the tool step committed; the next one hangs
@@ -529,7 +553,7 @@ async def test_a_loop_begun_without_thinking_finishes_without_it_after_thinking_
     assert [m.role for m in await transcript(sqlite_store)] == ["user", "assistant", "tool"]
 
     api.queue(Reply.text("Sunny."))
-    thinking_model = claude(thinking=True, thinking_budget=2048)
+    thinking_model = claude(model="claude-sonnet-4-6", thinking=True, thinking_budget=2048)
     runtime, _ = await runtime_for(thinking_model, tools=[lookup])
     done = await runtime.session("a", "s1").result(turn_id)
     assert done.text == "Sunny."

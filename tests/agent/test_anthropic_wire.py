@@ -14,9 +14,11 @@ from agent import (
     UserMessage,
 )
 from agent._anthropic_wire import (
+    ThinkingBinder,
     api_messages,
     api_system,
     api_tools,
+    bind_thinking,
     mark_cache_points,
     turn_began_without_thinking,
 )
@@ -173,3 +175,116 @@ def test_a_tool_loop_begun_without_thinking_finishes_without_it():
     ]
     assert not turn_began_without_thinking(with_thinking)
     assert not turn_began_without_thinking([*plain, UserMessage(turn_id="t2", text="next")])
+
+
+# -- thinking stays with its model and its conversation ---------------------------------------
+
+LOOKUP = ToolSpec(name="lookup", description="Look a row up.", input_schema={"type": "object"})
+NOTE = ThinkingBlock(thinking="Need the rows first.", signature="sig-1")
+
+
+def thought_loop(model: str | None, system: str = "Be brief.") -> list[Message]:
+    """A tool loop whose first reply thought, written by ``model`` under ``system``."""
+    asked: list[Message] = [UserMessage(turn_id="t1", text="look it up", user="U1")]
+    _, digest = bind_thinking(asked, model=model or "", system=system, tools=[LOOKUP])
+    call = ToolCall(id="c1", name="lookup", input={})
+    return [
+        *asked,
+        AssistantMessage(turn_id="t1", content=(NOTE, call), model=model, prompt_digest=digest),
+        ToolMessage(turn_id="t1", call_id="c1", name="lookup", result={"rows": [1]}),
+    ]
+
+
+def thinking_sent(messages: list[Message]) -> list[Any]:
+    return [b for m in api_messages(messages) for b in m["content"] if b["type"] == "thinking"]
+
+
+def test_thinking_goes_back_to_the_model_and_conversation_that_wrote_it():
+    loop = thought_loop("claude-sonnet-5-5")
+
+    bound, _ = bind_thinking(loop, model="claude-sonnet-5-5", system="Be brief.", tools=[LOOKUP])
+
+    assert thinking_sent(bound) == [
+        {"type": "thinking", "thinking": "Need the rows first.", "signature": "sig-1"}
+    ]
+
+
+def test_thinking_written_by_another_model_is_left_out_and_the_transcript_keeps_it():
+    loop = thought_loop("claude-sonnet-5-5")
+
+    bound, _ = bind_thinking(loop, model="claude-opus-5-5", system="Be brief.", tools=[LOOKUP])
+
+    assert thinking_sent(bound) == []
+    assert isinstance(bound[1], AssistantMessage)
+    assert bound[1].tool_calls == loop[1].tool_calls  # only the thinking goes
+    assert NOTE in loop[1].content  # what was given is never changed
+
+
+def test_thinking_from_before_models_were_recorded_is_left_out():
+    loop = thought_loop(None)
+
+    bound, _ = bind_thinking(loop, model="claude-sonnet-5-5", system="Be brief.", tools=[LOOKUP])
+
+    assert thinking_sent(bound) == []
+
+
+def test_thinking_is_left_out_once_the_conversation_before_it_changed():
+    loop = thought_loop("claude-sonnet-5-5")
+    other_tool = ToolSpec(name="recall", description="Recall.", input_schema={"type": "object"})
+    changed = {
+        "the system prompt (a policy edited mid-thread)": {
+            "system": "Answer in French.",
+            "tools": [LOOKUP],
+        },
+        "the tools (a tool denied mid-thread)": {"system": "Be brief.", "tools": []},
+        "the tools' order or set": {"system": "Be brief.", "tools": [LOOKUP, other_tool]},
+    }
+    for why, request in changed.items():
+        bound, _ = bind_thinking(loop, model="claude-sonnet-5-5", **request)  # type: ignore[arg-type]
+        assert thinking_sent(bound) == [], why
+    edited = [UserMessage(turn_id="t1", text="look it up, please", user="U1"), *loop[1:]]
+    bound, _ = bind_thinking(edited, model="claude-sonnet-5-5", system="Be brief.", tools=[LOOKUP])
+    assert thinking_sent(bound) == [], "an earlier message (a window that left some out)"
+
+
+def test_a_reply_after_a_dropped_block_binds_to_what_was_sent_without_it():
+    loop = thought_loop("claude-sonnet-5-5")
+    # the request after a model switch: the old block goes, and the new reply's digest
+    # covers the conversation as sent without it
+    sent, digest = bind_thinking(loop, model="claude-opus-5-5", system="Be brief.", tools=[LOOKUP])
+    mine = ThinkingBlock(thinking="One row: done.", signature="sig-2")
+    later = [
+        *loop,
+        AssistantMessage(
+            turn_id="t1",
+            content=(mine, TextBlock(text="One row.")),
+            model="claude-opus-5-5",
+            prompt_digest=digest,
+        ),
+        UserMessage(turn_id="t2", text="thanks", user="U1"),
+    ]
+
+    bound, _ = bind_thinking(later, model="claude-opus-5-5", system="Be brief.", tools=[LOOKUP])
+
+    assert [b["signature"] for b in thinking_sent(bound)] == ["sig-2"]
+    assert api_messages(bound)[:3] == api_messages(sent)
+
+
+def test_a_remembered_binding_is_the_one_worked_out_afresh_as_the_thread_grows_or_changes():
+    binder = ThinkingBinder()
+    loop = thought_loop("claude-sonnet-5-5")
+    grown = [*loop, UserMessage(turn_id="t2", text="and tomorrow?", user="U1")]
+    edited = [UserMessage(turn_id="t1", text="look it up, please", user="U1"), *grown[1:]]
+    asked = [
+        (grown[:2], "Be brief."),
+        (grown, "Be brief."),  # grown: only what is new is hashed
+        (grown, "Answer in French."),  # the prompt changed: worked out again
+        (edited, "Answer in French."),  # an earlier message changed: again
+        (grown[:3], "Answer in French."),  # shorter than what it remembers: again
+    ]
+    for messages, system in asked:
+        remembered = binder.bind(
+            "s1", messages, model="claude-sonnet-5-5", system=system, tools=[LOOKUP]
+        )
+        afresh = bind_thinking(messages, model="claude-sonnet-5-5", system=system, tools=[LOOKUP])
+        assert remembered == afresh, (len(messages), system)

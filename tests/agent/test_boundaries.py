@@ -47,6 +47,7 @@ def test_public_names_are_pinned():
     assert sorted(agent.__all__) == sorted(
         [
             "DEFAULT_MODEL", "DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap",
+            "EFFORTS", "Effort",
             "ActionCompleted", "ActionRequested", "Agent", "AgentError",
             "AgentRuntime", "AnthropicModel", "AnthropicSettings",
             "AgentSession", "AssistantMessage", "Cancelled", "Completed", "ConfigError",

@@ -280,5 +280,5 @@ async def test_kill_mid_stream_of_the_reply_after_a_tool_asks_only_that_step_aga
     assert first_step["messages"] != final_step["messages"]
     assert [block["type"] for block in final_step["messages"][-1]["content"]] == ["tool_result"]
     # the process that recovered sent the killed one's thinking back exactly, signature and all
-    assert final_step_again["thinking"] == {"type": "adaptive"}
+    assert final_step_again["thinking"] == {"type": "adaptive", "display": "summarized"}
     assert final_step_again["messages"][1]["content"][0] == thinking

@@ -107,15 +107,54 @@ async def test_with_an_anthropic_key_the_terminal_chats_with_claude(tmp_path):
     assert [t["name"] for t in body["tools"]] == ["remember", "recall"]
 
 
-async def test_a_rejected_key_is_reported_in_the_chat_without_the_key(tmp_path):
+async def test_a_rejected_key_stops_the_chat_at_start_without_the_key(tmp_path):
     async with FakeAnthropic(api_key="the-right-key") as api:
         code, out, err = await chat_with_claude(
             api, "hello", key="sk-ant-wrong-and-secret", folder=tmp_path
         )
 
-    assert code == 0, err
-    assert "[failed: the model provider refused the request (401 authentication_error)" in out
+    assert code == 2
+    assert "the Anthropic API refused ANTHROPIC_API_KEY (401)" in err
     assert "sk-ant-wrong-and-secret" not in out + err
+    assert api.requests == []  # asked the Models API only: no turn ran
+
+
+async def test_a_model_the_key_cannot_use_stops_the_bot_at_start(tmp_path):
+    async with FakeAnthropic(api_key="sk-ant-test") as api:
+        code, _, err = await run_bot_async(
+            "chat",
+            "hello",
+            env={
+                "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
+                "ANTHROPIC_API_KEY": "sk-ant-test",
+                "ANTHROPIC_BASE_URL": api.base_url,
+                "ANTHROPIC_MODEL": "claude-sonet-5-5",  # a typo
+            },
+        )
+
+    assert code == 2
+    assert "ANTHROPIC_MODEL=claude-sonet-5-5 is not a model this API key can use" in err
+    assert "Traceback" not in err
+    assert api.requests == []
+
+
+async def test_when_the_models_api_cannot_be_reached_the_bot_warns_and_goes_on(
+    tmp_path, unused_tcp_port
+):
+    code, out, err = await run_bot_async(
+        "chat",
+        "hello",
+        env={
+            "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{unused_tcp_port}",
+            "ANTHROPIC_MAX_RETRIES": "0",
+        },
+    )
+
+    assert code == 0, err
+    assert "could not ask the Models API about claude-sonnet-5-5" in err
+    assert "[failed: could not reach the model provider" in out  # the turn says so itself
 
 
 def test_anthropic_settings_the_api_would_refuse_stop_the_bot_at_start(tmp_path):
@@ -123,36 +162,50 @@ def test_anthropic_settings_the_api_would_refuse_stop_the_bot_at_start(tmp_path)
         env={
             "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
             "ANTHROPIC_API_KEY": "k",
-            "ANTHROPIC_THINKING": "true",
+            "ANTHROPIC_THINKING": "false",
+            "ANTHROPIC_EFFORT": "xhigh",
             "ANTHROPIC_THINKING_BUDGET": "10",
         }
     )
     assert result.returncode == 2
-    assert "thinking_budget must be at least 1024" in result.stderr
+    assert "ANTHROPIC_THINKING_BUDGET must be at least 1024" in result.stderr
+    # the default model turns thinking off only up to high effort: both settings named
+    assert "ANTHROPIC_EFFORT=xhigh cannot go with ANTHROPIC_THINKING=false" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-async def test_model_tokens_and_thinking_come_from_the_environment(tmp_path):
+async def test_model_tokens_effort_and_thinking_come_from_the_environment(tmp_path):
     async with FakeAnthropic(api_key="sk-ant-test") as api:
-        code, _, err = await run_bot_async(
-            "chat",
-            "hi",
-            env={
-                "DATABASE_URL": f"sqlite:///{tmp_path}/bot.db",
-                "ANTHROPIC_API_KEY": "sk-ant-test\n",  # as read from a secrets file
-                "ANTHROPIC_BASE_URL": api.base_url,
-                "ANTHROPIC_MODEL": "claude-opus-5-5",
-                "ANTHROPIC_MAX_TOKENS": "4096",
-                "ANTHROPIC_THINKING": "true",
-                "ANTHROPIC_THINKING_BUDGET": "2048",
-            },
-        )
+        runs = []
+        for model, extra in (
+            ("claude-opus-5-5", {"ANTHROPIC_EFFORT": "low"}),
+            (
+                "claude-haiku-4-5",
+                {"ANTHROPIC_THINKING": "true", "ANTHROPIC_THINKING_BUDGET": "2048"},
+            ),
+        ):
+            runs.append(
+                await run_bot_async(
+                    "chat",
+                    "hi",
+                    env={
+                        "DATABASE_URL": f"sqlite:///{tmp_path}/{model}.db",
+                        "ANTHROPIC_API_KEY": "sk-ant-test\n",  # as read from a secrets file
+                        "ANTHROPIC_BASE_URL": api.base_url,
+                        "ANTHROPIC_MODEL": model,
+                        "ANTHROPIC_MAX_TOKENS": "4096",
+                        **extra,
+                    },
+                )
+            )
 
-    assert code == 0, err
-    [body] = api.requests
-    assert body["model"] == "claude-opus-5-5"
-    assert body["max_tokens"] == 4096
-    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert [code for code, _, _ in runs] == [0, 0], [err for _, _, err in runs]
+    opus, haiku = api.requests
+    assert (opus["model"], opus["max_tokens"]) == ("claude-opus-5-5", 4096)
+    assert opus["thinking"] == {"type": "adaptive", "display": "summarized"}  # always thinks
+    assert opus["output_config"] == {"effort": "low"}
+    assert haiku["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert "output_config" not in haiku
 
 
 def test_a_blank_anthropic_key_means_no_key(tmp_path):
