@@ -79,6 +79,11 @@ def _call(name: str, input: dict[str, JsonValue]) -> ToolCall:
     return call(name, input, id=f"call_{uuid.uuid4().hex[:16]}")
 
 
+NOTING_NOTE = "Storing this in the notebook first, then counting what it holds."
+"""What the demonstration writes before its tool call, as Claude writes between tool calls."""
+READING_NOTE = "Opening the notebook to read back every note in it."
+
+
 def _answer(request: ModelRequest) -> ModelReply:
     last = request.messages[-1]
     asked = _asked(request)
@@ -103,8 +108,10 @@ def _answer(request: ModelRequest) -> ModelReply:
         return reply(f"The {last.name} tool answered: {last.result}")
     wants_recall = "remember?" in asked.lower() or asked.lower().strip().startswith("recall")
     if wants_recall and "recall" in offered:
-        return reply(f"{INTRO} Reading the notebook.", _call("recall", {}))
-    return reply(f"{INTRO} Noting that down.", _call("remember", {"note": asked}))
+        return reply(f"{INTRO} Reading the notebook.", _call("recall", {}), thinking=READING_NOTE)
+    return reply(
+        f"{INTRO} Noting that down.", _call("remember", {"note": asked}), thinking=NOTING_NOTE
+    )
 
 
 def offline_model() -> ScriptedModel:

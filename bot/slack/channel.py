@@ -117,6 +117,11 @@ class SlackChannel:
         """Stop watching the runtime's turns (those already shown run on until drained)."""
         self._unsubscribe()
 
+    @property
+    def in_flight(self) -> int:
+        """How many of this channel's tasks (turns being admitted or shown) are still running."""
+        return len(self._tasks)
+
     def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
         """Run ``work`` in a task this channel keeps, and log it if it fails."""
         task = asyncio.create_task(work, name=name)
@@ -379,6 +384,8 @@ class SlackChannel:
                     if not step_streamed:  # a replayed step: its words come whole
                         await reply.add_text(f"\n\n{event.text}" if reply.has_text else event.text)
                     new_step, step_streamed = True, False
+                elif event.type == "reasoning.delta":
+                    await reply.note(event.text, attempt=event.attempt)
                 elif event.type == "action.requested":
                     await reply.task(event.call_id, event.name, "in_progress")
                 elif event.type == "action.completed":

@@ -31,6 +31,9 @@ THINKING = "is thinking…"
 WAITING = "waiting for an answer"
 PLACEHOLDER = "…"
 MAX_TASK_TITLE = 256
+MAX_TASK_DETAILS = 256
+"""Slack's limit on one task chunk's text (its agent progress guidance)."""
+MAX_STATUS = 150
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
 
@@ -92,6 +95,11 @@ class ThreadReply:
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
         self._titles: dict[str, str] = {}
         """Each task line's title, by call id."""
+        self._note = ""
+        """What the model wrote about what it is doing next (thinking between tool calls),
+        shown with the next task line; cleared by its reply text."""
+        self._note_attempt = 1
+        self._noted_status = False
 
     @property
     def ts(self) -> str | None:
@@ -131,27 +139,46 @@ class ThreadReply:
         except SlackApiError as exc:  # not every conversation takes a status: no matter
             logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
 
+    async def note(self, text: str, *, attempt: int = 1) -> None:
+        """Take a piece of the model's note on what it does next (shown with its tool call).
+
+        A later ``attempt`` of the model step starts the note over.
+        """
+        if attempt != self._note_attempt:
+            self._note, self._note_attempt = "", attempt
+        self._note += text
+
     async def add_text(self, text: str) -> None:
         """Add streamed text; it goes out with the next flush that is due."""
+        self._note = ""  # the reply's own words say it now
         self._pending += text
         if self._clock() - self._last_flush >= self._interval():
             await self._flush()
 
     async def task(self, call_id: str, title: str, status: str) -> None:
-        """Show a tool call as a task line of the stream (a reply that is not streamed has none)."""
+        """Show a tool call as a task line of the stream (a reply that is not streamed has none).
+
+        A note the model wrote before the call goes with its first line as the
+        task's details; where nothing streams, the thread's status shows it.
+        """
+        first = call_id not in self._titles
         self._titles.setdefault(call_id, title)
         line = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
         line["status"] = status
+        note, self._note = " ".join(self._note.split()), ""
+        if note and first:
+            line["details"] = _shortened(note, MAX_TASK_DETAILS)
         if self._ts is None and self._can_stream:  # a call before any words: open with it
             text, self._pending = self._pending, ""
             await self._open(text, line, stream_only=True)
             if self._ts is None:
                 self._pending = text + self._pending
-            return
-        if self._ts is not None:
+        elif self._ts is not None:
             await self._flush()  # the words so far go out before the tool runs
-        if self._streaming:
-            await self._send([line])
+            if self._streaming:
+                await self._send([line])
+        if note and first and not self._streaming:
+            await self._show_status(_shortened(note, MAX_STATUS))
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""
@@ -167,6 +194,13 @@ class ThreadReply:
                 anyone watched) is shown now, rewriting the message if it must.
             note: A closing line (superseded, failed, ...).
         """
+        try:
+            await self._finish(whole, note)
+        finally:
+            if self._noted_status:  # a status set after the reply opened outlives it otherwise
+                await self._show_status("")
+
+    async def _finish(self, whole: Sequence[str], note: str | None) -> None:
         # blanks aside: a split eats the paragraph break it cuts at
         seen = _squashed(self._earlier + self._shown + self._pending)
         missing = [part for part in whole if _squashed(part) not in seen]
@@ -186,6 +220,18 @@ class ThreadReply:
         if self._ts is None and not self._pending.strip():
             return
         await self._flush(force=True, last=True)
+
+    async def _show_status(self, status: str) -> None:
+        """Set (or, with "", clear) the thread's status line, best effort."""
+        if self._thread_ts is None:
+            return
+        self._noted_status = bool(status)
+        try:
+            await self._client.assistant_threads_setStatus(
+                channel_id=self._channel, thread_ts=self._thread_ts, status=status
+            )
+        except SlackApiError as exc:
+            logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -307,6 +353,10 @@ def _cut(text: str, room: int) -> tuple[str, str]:
         if at > room // 2:
             return text[:at], text[at + len(boundary) :]
     return text[:room], text[room:]
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _squashed(text: str) -> str:

@@ -8,10 +8,11 @@ answered by whoever started the turn, as in Slack.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -31,12 +32,14 @@ from agent import (
     InboundEvent,
     InvalidAnswerError,
     LogEntry,
+    LogGap,
     Message,
     PolicyAnswerer,
     ResumeAuthorizationError,
     RuntimeClosedError,
     SessionSuspendedError,
     Suspended,
+    ThinkingBlock,
     ToolMessage,
     TriggerMessage,
     TurnInput,
@@ -81,6 +84,8 @@ class Api:
     model: str
     """What answers, as people should read it."""
     offline: bool
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set as the server shuts down: every event stream ends, so none outlives the stop."""
 
 
 class _TurnBody(BaseModel):
@@ -121,6 +126,13 @@ def api_app(api: Api) -> web.Application:
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, _bound(api, handler))
+
+    async def end_streams(_: web.Application) -> None:
+        # a stream waits on its log for seconds at a time: one still open when the server
+        # stops outlives its shutdown, and aiohttp then fails finishing it
+        api.stopping.set()
+
+    app.on_shutdown.append(end_streams)
     return app
 
 
@@ -272,6 +284,10 @@ def _message(message: Message) -> dict[str, Any]:
             "role": "assistant",
             "turn_id": message.turn_id,
             "text": message.text,
+            # what the model wrote between tool calls (its thinking, where it was shown)
+            "progress": [
+                b.thinking for b in message.content if isinstance(b, ThinkingBlock) and b.thinking
+            ],
             "tool_calls": [
                 {"id": c.id, "name": c.name, "input": c.input} for c in message.tool_calls
             ],
@@ -303,7 +319,7 @@ async def _events(api: Api, request: web.Request) -> web.StreamResponse:
     stream = EventStream(request)
     await stream.open()
     async with _streaming(stream, request):
-        async for item in api.log.follow(key, after=after):
+        async for item in _following(api, key, after):
             if item is None:
                 if _client_left(request):
                     return stream.response
@@ -364,7 +380,7 @@ async def _send_turn(
     after: int,
 ) -> None:
     ended_quietly = False
-    async for item in api.log.follow(session.key, after=after):
+    async for item in _following(api, session.key, after):
         if item is None:
             if _client_left(request):
                 return
@@ -414,6 +430,32 @@ async def _streaming(stream: EventStream, request: web.Request) -> AsyncIterator
         logger.exception("%s %s failed mid-stream; ending it", request.method, request.path)
     with contextlib.suppress(ConnectionError):
         await stream.close()
+
+
+async def _following(
+    api: Api, key: SessionKey, after: int
+) -> AsyncIterator[LogEntry | LogGap | None]:
+    """``api.log.follow(key, after=after)``, ended at once when the server stops."""
+    entries = aiter(api.log.follow(key, after=after))
+    stopping = asyncio.ensure_future(api.stopping.wait())
+    try:
+        while True:
+            upcoming = asyncio.ensure_future(anext(entries))
+            await asyncio.wait((upcoming, stopping), return_when=asyncio.FIRST_COMPLETED)
+            if not upcoming.done():
+                upcoming.cancel()
+                await asyncio.gather(upcoming, return_exceptions=True)
+                return
+            try:
+                item = upcoming.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        stopping.cancel()
+        closing = getattr(entries, "aclose", None)
+        if closing is not None:
+            await closing()
 
 
 def _client_left(request: web.Request) -> bool:

@@ -48,6 +48,7 @@ from tests.fakes.slack_api import FakeSlack, Message
 SECRET = "test-signing-secret"
 WAIT = 5.0
 ASKING = "Approval needed:"
+CHECKING_NOTE = "Reading the thread first, to see what was decided."
 QUICK = 0.5
 """Seconds the ``hurry`` tool's request waits for an answer."""
 
@@ -96,6 +97,8 @@ def _answer(request: ModelRequest) -> Any:
     if text in asks:
         name, arguments = asks[text]
         return reply("", call(name, arguments))
+    if text == "check the thread":  # as Claude writes between tool calls: a thinking block
+        return reply("", call("read_thread", {}), thinking=CHECKING_NOTE)
     period = re.search(r"read_channel takes since=([0-9.]+)", text)
     if period:  # a schedule's seed: read the channel over the period it names
         return reply("", call("read_channel", {"channel": "C0GENERAL", "since": period[1]}))
@@ -231,9 +234,31 @@ class Bot:
         raise AssertionError(f"no {count} private messages to {user}")
 
     async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
-        """The texts of a thread's replies, once there are ``count`` of them."""
-        found = await self.slack.wait_for_replies(self.slack.channel_id, thread_ts, count)
-        return [m.text for m in found]
+        """The texts of a thread's replies, once there are ``count`` and they are written."""
+        return [m.text for m in await self.written_replies(thread_ts, count)]
+
+    async def written_replies(
+        self,
+        thread_ts: str,
+        count: int = 1,
+        *,
+        channel: str | None = None,
+        shown_by: SlackChannel | None = None,
+    ) -> list[Message]:
+        """A thread's replies, once there are ``count`` and they are written.
+
+        A reply that is posted, not streamed, exists before its last update: it is
+        written once the channel showing it (``shown_by``, this bot's by default)
+        shows nothing more: every turn has ended or waits.
+        """
+        where = channel or self.slack.channel_id
+        await self.slack.wait_for_replies(where, thread_ts, count)
+        showing = shown_by or self.channel
+        deadline = time.monotonic() + WAIT
+        # the channel offers no event for "idle": its count of tasks is polled
+        while showing.in_flight and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        return self.slack.replies(where, thread_ts)
 
 
 @asynccontextmanager

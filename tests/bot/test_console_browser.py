@@ -17,7 +17,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from agent import ModelRequest, TextDelta
 from agent.model import ModelStreamEvent
-from bot.offline import offline_model
+from bot.offline import NOTING_NOTE, offline_model
 from tests.bot.web_harness import serving
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -89,6 +89,8 @@ async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_pa
         streaming = page.locator(".msg.assistant").last
         await expect(streaming).to_have_text("(Offline dem", timeout=WAIT_MS)  # two pieces of six
         assert await page.evaluate("document.body.dataset.turn") == "running"
+        # what the model wrote before its tool call shows as a line of progress
+        await expect(page.locator(".progress").first).to_have_text(NOTING_NOTE)
         model.release.set()
 
         approval = page.locator("#approval")

@@ -70,7 +70,7 @@ async def test_with_no_credentials_it_serves_the_console_and_the_demo_flow_survi
     notes = [m for m in transcript["messages"] if m["role"] == "tool"]
     assert [m["result"] for m in notes] == [{"notes": 1}, {"shared": True, "expired": False}]
     assert code == 0
-    assert "Traceback" not in said
+    assert "Traceback" not in said, said
 
 
 async def test_a_port_in_use_is_named_and_stops_the_bot(tmp_path):

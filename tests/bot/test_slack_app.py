@@ -19,7 +19,7 @@ from agent import SessionKey
 from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from tests.bot.slack_harness import QUICK, WAIT, Bot, approval_in, ask_for_approval
+from tests.bot.slack_harness import CHECKING_NOTE, QUICK, WAIT, Bot, approval_in, ask_for_approval
 from tests.fakes.slack_api import STREAM_METHODS
 
 
@@ -98,7 +98,7 @@ async def test_a_direct_message_is_answered_without_a_mention(bot: Bot):
         bot.envelope("message", "are you there?", ts, channel="D0ALICE", channel_type="im")
     )
 
-    [answer] = await bot.slack.wait_for_replies("D0ALICE", ts)
+    [answer] = await bot.written_replies(ts, channel="D0ALICE")
     assert answer.text == "you said: are you there?"
 
 
@@ -194,7 +194,7 @@ async def test_the_speaker_approves_and_the_turn_goes_on_in_the_thread(bot: Bot)
 
     assert await bot.click("turn_approve", bot.slack.user_id, approval) == 200
 
-    working, _, done = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 3)
+    working, _, done = await bot.written_replies(ts, 3)
     assert done.text == "done: {'announced': True}"
     # the call's task line said it waited for an answer, above the request
     [task] = working.tasks.values()
@@ -395,11 +395,34 @@ async def test_read_channel_reads_another_channel_and_names_a_bad_one(bot: Bot):
 async def test_a_tool_that_fails_shows_as_a_failed_task_and_the_model_is_told(bot: Bot):
     root = await mention(bot, "read #nowhere")
 
-    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, root)
+    [answer] = await bot.written_replies(root)
 
     [task] = answer.tasks.values()
     assert (task["title"], task["status"]) == ("read_channel", "error")
     assert "no public channel is named #nowhere" in answer.text
+
+
+async def test_what_the_model_writes_before_a_tool_call_shows_with_its_task(bot: Bot):
+    root = await mention(bot, "check the thread")
+
+    await bot.replies_in(root)
+    [answer] = bot.slack.replies(bot.slack.channel_id, root)
+
+    [task] = answer.tasks.values()
+    assert (task["title"], task["status"]) == ("read_thread", "complete")
+    assert task["details"] == CHECKING_NOTE
+
+
+async def test_where_nothing_streams_the_models_note_is_the_threads_status(bot: Bot):
+    bot.slack.disable(*STREAM_METHODS)
+    root = await mention(bot, "check the thread")
+
+    await bot.replies_in(root)
+
+    said = [s.status for s in bot.slack.statuses if s.thread_ts == root]
+    assert CHECKING_NOTE in said
+    assert said[-1] == ""  # cleared once the reply is done: it would outlive it otherwise
+    assert bot.slack.status(bot.slack.channel_id, root) == ""
 
 
 async def test_the_model_reads_people_and_channels_by_name(bot: Bot):

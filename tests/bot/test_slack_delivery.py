@@ -67,7 +67,7 @@ async def test_a_request_parked_before_it_was_shown_is_shown_at_the_next_start(b
 
     assert await bot.channel.resume_replies() == 1
 
-    [approval] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    [approval] = await bot.written_replies(ts)
     assert approval.text == "Approval needed: Announce *the launch*?"
     # shown once: a second start finds it shown
     assert await bot.channel.resume_replies() == 0
@@ -82,7 +82,7 @@ async def test_a_reply_left_open_by_a_turn_that_ended_is_finished_at_the_next_st
 
     assert await bot.channel.resume_replies() == 1
 
-    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+    [answer] = await bot.written_replies(ts)
     assert (answer.ts, answer.text, answer.stream) == (stale, "you said: good morning", "stopped")
     # nothing more is owed to this thread
     await asyncio.sleep(0.1)
@@ -102,7 +102,7 @@ async def test_a_running_turn_takes_up_its_own_reply_message_and_no_other(bot: B
     assert await bot.channel.resume_replies() == 1
     bot.hold.set()
 
-    said = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)
+    said = await bot.written_replies(ts, 2)
     assert [(m.ts, m.text) for m in said] == [
         (stale, "you said: think slowly about lunch"),
         (other["ts"], "(an earlier note)"),
@@ -125,7 +125,7 @@ async def test_a_continuation_nobody_showed_is_shown_at_the_next_start(bot: Bot)
     try:
         assert await next_start.resume_replies() == 1
 
-        [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, ts)
+        [answer] = await bot.written_replies(ts, shown_by=next_start)
     finally:
         await next_start.drain(grace=1.0)
     assert answer.text == "done: {'announced': True}"
@@ -143,7 +143,7 @@ async def test_a_reply_longer_than_a_message_goes_on_in_the_next_cut_at_a_paragr
 
     await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts))
 
-    said = [m.text for m in await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)]
+    said = await bot.replies_in(ts, 2)
     assert len(said) == 2
     assert all(len(part) <= MAX_MESSAGE_CHARS for part in said)
     assert said[1].startswith("Paragraph ")  # cut between paragraphs, not inside one
@@ -220,7 +220,7 @@ async def test_a_reply_split_over_messages_is_rewritten_once_at_the_next_start(b
 
     assert await bot.channel.resume_replies() == 1
 
-    said = await bot.slack.wait_for_replies(bot.slack.channel_id, ts, 2)
+    said = await bot.written_replies(ts, 2)
     await asyncio.sleep(0.2)  # time for a third message, were there one
     said = bot.slack.replies(bot.slack.channel_id, ts)
     assert said[0].ts == first["ts"]  # the first message is kept, and rewritten

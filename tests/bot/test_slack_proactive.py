@@ -96,7 +96,7 @@ async def test_a_proactive_request_is_answered_and_its_turn_goes_on_in_the_threa
     # nobody spoke this turn, so anyone in the channel may answer
     await bot.click("turn_approve", bot.slack.user_id, approval)
 
-    [answer] = await bot.slack.wait_for_replies(bot.slack.channel_id, approval.ts)
+    [answer] = await bot.written_replies(approval.ts)
     assert answer.text == "done: {'announced': True}"
     assert len(top_level(bot)) == 1
 

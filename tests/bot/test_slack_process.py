@@ -24,6 +24,8 @@ import aiohttp
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
+from agent import SQLiteStore
+from agent.ports import SessionKey
 from tests.bot.slack_harness import approval_in
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message
@@ -201,7 +203,7 @@ async def test_the_bot_process_answers_a_mention_and_stops_cleanly_on_sigterm(
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 async def test_a_bot_stopped_mid_reply_finishes_the_same_message_at_its_next_start(
-    slack: FakeSlack, launch: Launch, stop: signal.Signals
+    slack: FakeSlack, launch: Launch, stop: signal.Signals, tmp_path: Path
 ):
     full = "The deploy moved to Friday at noon, after the freeze."
     async with FakeAnthropic() as api:
@@ -213,6 +215,9 @@ async def test_a_bot_stopped_mid_reply_finishes_the_same_message_at_its_next_sta
         await post_signed(first.port, envelope)
         await asyncio.wait_for(api.hung.wait(), WAIT)
         [stale] = await _streaming_reply(slack, ts)
+        # stopped once the bot has kept which message it is writing: a kill between Slack
+        # opening the stream and that commit is another window (the next start posts anew)
+        await _kept_reply(tmp_path / "bot.db", slack, ts, stale.ts)
 
         began = time.monotonic()
         first.proc.send_signal(stop)
@@ -230,6 +235,23 @@ async def test_a_bot_stopped_mid_reply_finishes_the_same_message_at_its_next_sta
             await asyncio.sleep(0.02)
         assert [(m.ts, m.text) for m in slack.replies(slack.channel_id, ts)] == [(stale.ts, full)]
         assert len(api.requests) == 2
+
+
+async def _kept_reply(db: Path, slack: FakeSlack, ts: str, reply_ts: str) -> None:
+    """Wait until the bot's store holds that it is writing ``reply_ts`` for the turn of ``ts``."""
+    key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{ts}")
+    turn_id = f"{slack.team_id}:{slack.channel_id}:{ts}"
+    store = await SQLiteStore.open(db)
+    try:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            kept = await store.load_delivery(key, turn_id)
+            if isinstance(kept, dict) and kept.get("reply") == reply_ts:
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        await store.close()
+    raise AssertionError(f"the bot never kept reply {reply_ts} of {turn_id}")
 
 
 async def _streaming_reply(slack: FakeSlack, ts: str) -> list[Message]:
@@ -404,3 +426,50 @@ async def test_the_api_and_console_are_served_beside_slack_only_with_tokens(
     assert "read_thread" in [t["name"] for t in from_slack["tools"]]
     # the API sees its own sessions, never a Slack thread's
     assert [s["session"] for s in listed["sessions"]] == ["ops"]
+
+
+async def test_on_its_default_settings_the_bot_answers_slack_and_the_console_as_claude_allows(
+    slack: FakeSlack, launch: Launch
+):
+    token = "ops-token-0123456789abcdef0123"
+    note = {"type": "thinking", "thinking": "Saving it to the notes.", "signature": "sig-n"}
+
+    def noting(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]["content"][0]
+        if last["type"] == "tool_result":
+            return Reply.text("Noted.")
+        call = {"type": "tool_use", "id": f"toolu_{len(body['messages'])}", "name": "remember"}
+        return Reply([note, {**call, "input": {"note": last["text"]}}], stop_reason="tool_use")
+
+    async with aiohttp.ClientSession() as http, FakeAnthropic(noting) as claude_api:
+        # nothing but a key: the model, thinking and effort are the bot's defaults
+        bot = await launch(
+            API_TOKENS=json.dumps({token: "ops"}),
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=claude_api.base_url,
+        )
+        auth = {"Authorization": f"Bearer {token}"}
+        async with http.post(
+            f"http://127.0.0.1:{bot.port}/api/sessions/ops/turns",
+            json={"text": "the runbook is in the wiki"},
+            headers=auth,
+        ) as r:
+            console = await r.json()
+        ts, envelope = mention(slack, "the deploy moved to Friday")
+        assert await post_signed(bot.port, envelope) == 200
+        [answer] = await slack.wait_for_replies(slack.channel_id, ts, within=WAIT)
+
+    assert [r["path"] for r in claude_api.models_requests] == ["/v1/models/claude-sonnet-5-5"]
+    assert console["text"] == "Noted."
+    assert answer.text == "Noted."
+    requests = claude_api.requests
+    assert len(requests) == len(claude_api.usages) == 4  # each one answered: none refused
+    for body in requests:
+        assert body["model"] == "claude-sonnet-5-5"
+        assert body["thinking"] == {"type": "between_tools"}
+        assert not {"output_config", "temperature", "top_p", "top_k", "tool_choice"} & set(body)
+    # the note Claude wrote before its tool call went back unchanged, and Slack showed it
+    assert [r["messages"][1]["content"][0] for r in (requests[1], requests[3])] == [note] * 2
+    [task] = answer.tasks.values()
+    assert (task["title"], task["details"]) == ("remember", note["thinking"])
+    assert claude_api.dropped_thinking == []

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import asyncio
 
-from agent import AnswerCheck, SQLiteStore, StoreError, ToolContext, tool
+import aiohttp
+from aiohttp import web
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    AnswerCheck,
+    EventLog,
+    SQLiteStore,
+    StoreError,
+    ToolContext,
+    resolve_policy,
+    tool,
+)
 from agent.ports import SessionKey
 from agent.testing import ScriptedModel, call, reply
+from bot.offline import DEMO_MODEL_NAME, offline_model
+from bot.web.api import SOURCE, Api
+from bot.web.app import web_application
+from bot.web.auth import ApiAuth
 from tests.bot.web_harness import ANA, BOB, TOKENS, serving
 
 KEY = SessionKey("bot", "http:s1")
@@ -33,10 +50,11 @@ async def test_a_turn_streams_its_events_with_ids_until_it_ends(tmp_path):
         "turn.completed",
     ]
     assert "message.delta" in types
+    assert "reasoning.delta" in types  # the demonstration writes a note before its tool call
     assert all(e.id for e in events)  # ids on every event, deltas included
     logged = [int(e.id) for e in events if e.id and "." not in e.id]
     assert logged == [1, 2, 3, 4, 5, 6]
-    first_delta = next(e for e in events if e.event == "message.delta")
+    first_delta = next(e for e in events if e.event.endswith(".delta"))
     assert first_delta.id == "1.2"  # after position 1, the second event of the turn's run
     [action] = [e for e in events if e.event == "action.requested"]
     assert action.data["name"] == "remember"
@@ -392,7 +410,9 @@ async def test_a_stream_ends_with_the_turn_even_when_the_log_dropped_its_last_ev
     async with serving(tmp_path, store_class=LogFailsAfterStart, tools=[]) as served:
         client = served.client()
         async with client.stream("POST", "/api/sessions/s1/turns", {"text": "hi"}) as sse:
-            events = [await sse.next(), await sse.next()]
+            # live deltas after turn.started may reach it or not, as the turn outruns the
+            # stream: they carry no position of their own
+            events = [e for e in await sse.until("turn.completed") if not e.event.endswith("delta")]
             rest = await sse.response.content.read()
 
     assert [e.event for e in events] == ["turn.started", "turn.completed"]
@@ -459,3 +479,41 @@ async def test_a_body_over_the_limit_is_refused(tmp_path):
         status, body = await served.client().post("/api/sessions/s1/turns", {"text": "x" * 300_000})
     assert status == 413
     assert body["error"]["code"] == "too_large"
+
+
+async def test_a_stream_still_open_when_the_server_stops_ends_with_it(tmp_path, caplog):
+    agent = Agent(name="bot", model=offline_model(), instructions="You help.")
+    store = await SQLiteStore.open(tmp_path / "bot.db")
+    runtime = AgentRuntime(store, agent)
+    # a log that would keep a follower waiting for half a minute between two looks
+    log = EventLog(store, poll_seconds=30.0)
+    api = Api(
+        runtime=runtime,
+        agent=agent.name,
+        log=log,
+        auth=ApiAuth({}),
+        policy=resolve_policy(agent, SOURCE),
+        model=DEMO_MODEL_NAME,
+        offline=True,
+    )
+    runner = web.AppRunner(web_application(api), access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        url = f"http://127.0.0.1:{port}/api/sessions/s1/events"
+        async with aiohttp.ClientSession() as http, http.get(url) as response:
+            assert response.status == 200
+            await runner.cleanup()  # the server stops while the stream is open
+            rest = await asyncio.wait_for(response.content.read(), 10)
+    finally:
+        await runner.cleanup()
+        await runtime.close()
+        await log.close()
+        await store.close()
+
+    assert api.stopping.is_set()
+    assert b"event: " not in rest  # it ended, nothing more to tell
+    errors = [r for r in caplog.records if r.name == "aiohttp.server" and r.levelno >= 40]
+    assert errors == []  # aiohttp fails finishing a handler that outlived its shutdown
