@@ -129,10 +129,20 @@ class AnthropicModel:
                 max_retries=1, timeout=anthropic.Timeout(10.0, connect=5.0)
             )
             info = await client.models.retrieve(model)
-        except anthropic.NotFoundError:
+        except anthropic.NotFoundError as exc:
+            if not _is_api_error(exc, "not_found_error"):
+                # a gateway in front of the Messages API may serve no Models API at all
+                log.warning(
+                    "the Models API at %s answered 404 without the API's error: cannot "
+                    "check ANTHROPIC_MODEL=%s there; going on",
+                    self._client.base_url,
+                    model,
+                )
+                return
+            known = "" if model == DEFAULT_MODEL else f", such as {DEFAULT_MODEL}"
             raise ConfigError(
                 f"ANTHROPIC_MODEL={model} is not a model this API key can use (the Models "
-                f"API does not know it): check its spelling, such as {DEFAULT_MODEL}"
+                f"API does not know it): check its spelling{known}"
             ) from None
         except anthropic.AuthenticationError:
             raise ConfigError(
@@ -176,9 +186,11 @@ class AnthropicModel:
         content: list[ContentBlock] = []
         usage = Usage()
         continuation: list[Json] = []
-        # carrying on a paused reply sends it back as the last message: a prefill,
-        # which the 4.6 and later models refuse; there the reply is taken as it is
-        continuations = MAX_CONTINUATIONS if self._rules.prefill else 0
+        # carrying on a paused reply sends it back as the last message: a prefill, which
+        # the 4.6 and later models refuse, and the others only with thinking off; there
+        # the reply is taken as it is
+        prefill = self._rules.prefill and params["thinking"]["type"] == "disabled"
+        continuations = MAX_CONTINUATIONS if prefill else 0
         for _ in range(continuations + 1):
             part = _Reply()
             async for delta in self._stream_once(params, continuation, part, deadline):
@@ -453,6 +465,13 @@ class _Reply:
             return ToolCall(id=block.id, name=block.name, input=arguments)
         log.warning("dropped a %s block: no tool of ours produces it", block.type)
         return None
+
+
+def _is_api_error(exc: anthropic.APIStatusError, error_type: str) -> bool:
+    """Whether the error's body is the API's own, ``{"type": "error", "error": {"type": ...}}``."""
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and error.get("type") == error_type
 
 
 def _as_prefill(blocks: list[Json]) -> list[Json]:

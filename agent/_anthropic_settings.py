@@ -70,6 +70,11 @@ class AnthropicSettings:
             # the SDK would put it in a header as is: it fails there, after retries,
             # as a "connection error" whose cause quotes the key
             problems.append("the API key is empty or holds spaces or line breaks")
+        if not self.model or self.model != self.model.strip():
+            problems.append(
+                f"ANTHROPIC_MODEL={self.model!r} is blank or padded with spaces: name a model "
+                f"such as {DEFAULT_MODEL}, or unset it for that one"
+            )
         if self.max_tokens < 1:
             problems.append("ANTHROPIC_MAX_TOKENS must be positive")
         if self.thinking_budget is not None and not (

@@ -80,6 +80,14 @@ class Settings(BaseSettings):
             return value or None
         return value
 
+    @field_validator("anthropic_model", mode="before")
+    @classmethod
+    def _default_model_when_blank(cls, value: object) -> object:
+        # ANTHROPIC_MODEL= in a .env template means "not chosen", as for the secrets
+        if isinstance(value, str) and not value.strip():
+            return DEFAULT_MODEL
+        return value.strip() if isinstance(value, str) else value
+
     def problems(self) -> list[str]:
         """Every reason the bot cannot start with these settings, each naming its setting.
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from aiohttp import web
 
 from agent import (
     Agent,
@@ -30,6 +31,7 @@ from agent._anthropic_wire import api_messages
 from agent.ports import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, reply
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.local_server import serve_locally
 
 NOTE = {"type": "thinking", "thinking": "I need the weather first.", "signature": "sig-note"}
 
@@ -244,6 +246,31 @@ async def test_settings_a_model_refuses_never_send_a_request(api):
     assert api.count_requests == []
 
 
+async def test_a_paused_reply_under_manual_thinking_is_taken_as_it_is(api, claude, sqlite_store):
+    # a prefill with thinking on is refused even on the 4.5 models, which take one otherwise
+    think = {"type": "thinking", "thinking": "Searching first.", "signature": "sig-p"}
+    paused = Reply([think, {"type": "text", "text": "Searching the archive."}], "pause_turn")
+    async with FakeAnthropic() as fake:
+        fake.queue(paused, Reply.text("Found it: Friday."))
+        model = AnthropicModel(
+            AnthropicSettings(
+                api_key="test-key",
+                base_url=fake.base_url,
+                model="claude-haiku-4-5",
+                thinking=True,
+                thinking_budget=2048,
+            )
+        )
+        try:
+            text, _ = await one_turn(sqlite_store, model, "When is the deploy?", tools=[])
+        finally:
+            await model.aclose()
+        sent = fake.requests
+
+    assert text == "Searching the archive."
+    assert len(sent) == 1  # never a request ending with the assistant's message
+
+
 # -- the start-up check ----------------------------------------------------------------------
 
 
@@ -327,3 +354,31 @@ def test_live_capabilities_that_refuse_the_request_are_named():
         "ANTHROPIC_MODEL=x does not take thinking 'between_tools', says the Models API: "
         "change ANTHROPIC_THINKING (or ANTHROPIC_THINKING_BUDGET)",
     ]
+
+
+async def test_a_gateway_without_a_models_api_only_warns(caplog):
+    async def nothing_here(request: web.Request) -> web.Response:
+        return web.json_response({"message": "no route"}, status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", nothing_here)
+    runner, url = await serve_locally(app)
+    model = AnthropicModel(AnthropicSettings(api_key="test-key", base_url=url))
+    try:
+        await model.check_access()  # goes on: nothing says the model is unknown
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+    assert any("without the API's error" in r.getMessage() for r in caplog.records)
+
+
+def test_a_blank_model_is_refused_by_the_engine_and_means_the_default_to_the_bot():
+    with pytest.raises(ConfigError, match="ANTHROPIC_MODEL='' is blank"):
+        AnthropicSettings(api_key="k", model="").check()
+    with pytest.raises(ConfigError, match="padded with spaces"):
+        AnthropicSettings(api_key="k", model=" claude-sonnet-5-5").check()
+
+    from bot.config import Settings
+
+    settings = Settings(anthropic_model="  ", _env_file=None)  # ANTHROPIC_MODEL= in a .env
+    assert settings.anthropic_model == "claude-sonnet-5-5"
