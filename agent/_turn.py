@@ -419,7 +419,9 @@ class TurnRun:
 
     async def _tool_step(self, at: int, call: ToolCall) -> None:
         step = f"tool:{at}:{call.id}"
-        self._emit(ActionRequested, call_id=call.id, name=call.name, input=call.input)
+        asking = self._transcript[at]
+        note = asking.note_before(call.id) if isinstance(asking, AssistantMessage) else ""
+        self._emit(ActionRequested, call_id=call.id, name=call.name, input=call.input, note=note)
         ctx = ToolContext(
             agent=self._key.agent,
             session_id=self._key.session_id,

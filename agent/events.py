@@ -85,6 +85,8 @@ class ActionRequested(_Event):
     call_id: str
     name: str
     input: dict[str, Any]
+    note: str = ""
+    """What the model wrote just before asking for the call (a progress note), if anything."""
 
 
 class ActionCompleted(_Event):

@@ -142,6 +142,19 @@ class AssistantMessage:
         """The tool calls the reply asked for, in order."""
         return tuple(b for b in self.content if isinstance(b, ToolCall))
 
+    def note_before(self, call_id: str) -> str:
+        """What the model wrote just before asking for call ``call_id``, "" if nothing.
+
+        Claude's newest models return the short note that introduces a tool call
+        as a thinking block right before it: the progress to show while it runs.
+        """
+        previous: ContentBlock | None = None
+        for block in self.content:
+            if isinstance(block, ToolCall) and block.id == call_id:
+                return previous.thinking if isinstance(previous, ThinkingBlock) else ""
+            previous = block
+        return ""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolMessage:

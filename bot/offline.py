@@ -7,12 +7,15 @@ newcomer can try the whole flow before they have any keys.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from agent import (
     EXPIRED,
     ModelReply,
     ModelRequest,
+    TextBlock,
+    ThinkingBlock,
     ToolCall,
     ToolContext,
     ToolMessage,
@@ -108,10 +111,15 @@ def _answer(request: ModelRequest) -> ModelReply:
         return reply(f"The {last.name} tool answered: {last.result}")
     wants_recall = "remember?" in asked.lower() or asked.lower().strip().startswith("recall")
     if wants_recall and "recall" in offered:
-        return reply(f"{INTRO} Reading the notebook.", _call("recall", {}), thinking=READING_NOTE)
-    return reply(
-        f"{INTRO} Noting that down.", _call("remember", {"note": asked}), thinking=NOTING_NOTE
-    )
+        return _noted(f"{INTRO} Reading the notebook.", READING_NOTE, _call("recall", {}))
+    return _noted(f"{INTRO} Noting that down.", NOTING_NOTE, _call("remember", {"note": asked}))
+
+
+def _noted(text: str, note: str, then: ToolCall) -> ModelReply:
+    """A reply shaped as Claude's newest models write one: text, a note, then the call."""
+    said = reply(text, then)
+    content = (TextBlock(text=text), ThinkingBlock(thinking=note, signature="offline"), then)
+    return dataclasses.replace(said, content=content)
 
 
 def offline_model() -> ScriptedModel:

@@ -384,10 +384,8 @@ class SlackChannel:
                     if not step_streamed:  # a replayed step: its words come whole
                         await reply.add_text(f"\n\n{event.text}" if reply.has_text else event.text)
                     new_step, step_streamed = True, False
-                elif event.type == "reasoning.delta":
-                    await reply.note(event.text, attempt=event.attempt)
                 elif event.type == "action.requested":
-                    await reply.task(event.call_id, event.name, "in_progress")
+                    await reply.task(event.call_id, event.name, "in_progress", note=event.note)
                 elif event.type == "action.completed":
                     await reply.task(
                         event.call_id, event.name, "error" if event.error else "complete"

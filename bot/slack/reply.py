@@ -95,11 +95,8 @@ class ThreadReply:
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
         self._titles: dict[str, str] = {}
         """Each task line's title, by call id."""
-        self._note = ""
-        """What the model wrote about what it is doing next (thinking between tool calls),
-        shown with the next task line; cleared by its reply text."""
-        self._note_attempt = 1
         self._noted_status = False
+        """Whether a note is the thread's status, to be cleared when the reply ends."""
 
     @property
     def ts(self) -> str | None:
@@ -139,33 +136,24 @@ class ThreadReply:
         except SlackApiError as exc:  # not every conversation takes a status: no matter
             logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
 
-    async def note(self, text: str, *, attempt: int = 1) -> None:
-        """Take a piece of the model's note on what it does next (shown with its tool call).
-
-        A later ``attempt`` of the model step starts the note over.
-        """
-        if attempt != self._note_attempt:
-            self._note, self._note_attempt = "", attempt
-        self._note += text
-
     async def add_text(self, text: str) -> None:
         """Add streamed text; it goes out with the next flush that is due."""
-        self._note = ""  # the reply's own words say it now
         self._pending += text
         if self._clock() - self._last_flush >= self._interval():
             await self._flush()
 
-    async def task(self, call_id: str, title: str, status: str) -> None:
+    async def task(self, call_id: str, title: str, status: str, *, note: str = "") -> None:
         """Show a tool call as a task line of the stream (a reply that is not streamed has none).
 
-        A note the model wrote before the call goes with its first line as the
-        task's details; where nothing streams, the thread's status shows it.
+        ``note``, what the model wrote to introduce the call, goes with its first
+        line as the task's details; where nothing streams, the thread's status
+        shows it while the tool runs.
         """
         first = call_id not in self._titles
         self._titles.setdefault(call_id, title)
         line = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
         line["status"] = status
-        note, self._note = " ".join(self._note.split()), ""
+        note = " ".join(note.split())
         if note and first:
             line["details"] = _shortened(note, MAX_TASK_DETAILS)
         if self._ts is None and self._can_stream:  # a call before any words: open with it

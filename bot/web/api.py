@@ -40,6 +40,7 @@ from agent import (
     SessionSuspendedError,
     Suspended,
     ThinkingBlock,
+    ToolCall,
     ToolMessage,
     TriggerMessage,
     TurnInput,
@@ -284,12 +285,11 @@ def _message(message: Message) -> dict[str, Any]:
             "role": "assistant",
             "turn_id": message.turn_id,
             "text": message.text,
-            # what the model wrote between tool calls (its thinking, where it was shown)
-            "progress": [
-                b.thinking for b in message.content if isinstance(b, ThinkingBlock) and b.thinking
-            ],
+            # the thinking it showed: the note before each call goes with the call
+            "progress": _reasoning(message),
             "tool_calls": [
-                {"id": c.id, "name": c.name, "input": c.input} for c in message.tool_calls
+                {"id": c.id, "name": c.name, "input": c.input, "note": message.note_before(c.id)}
+                for c in message.tool_calls
             ],
         }
     assert isinstance(message, ToolMessage)
@@ -301,6 +301,17 @@ def _message(message: Message) -> dict[str, Any]:
         "result": message.result,
         "is_error": message.is_error,
     }
+
+
+def _reasoning(message: AssistantMessage) -> list[str]:
+    """The shown thinking of a reply that introduces none of its calls."""
+    blocks = message.content
+    notes = {i for i in range(len(blocks) - 1) if isinstance(blocks[i + 1], ToolCall)}
+    return [
+        b.thinking
+        for i, b in enumerate(blocks)
+        if isinstance(b, ThinkingBlock) and b.thinking and i not in notes
+    ]
 
 
 async def _events(api: Api, request: web.Request) -> web.StreamResponse:
@@ -438,13 +449,12 @@ async def _following(
     """``api.log.follow(key, after=after)``, ended at once when the server stops."""
     entries = aiter(api.log.follow(key, after=after))
     stopping = asyncio.ensure_future(api.stopping.wait())
+    upcoming: asyncio.Future[LogEntry | LogGap | None] | None = None
     try:
         while True:
             upcoming = asyncio.ensure_future(anext(entries))
             await asyncio.wait((upcoming, stopping), return_when=asyncio.FIRST_COMPLETED)
             if not upcoming.done():
-                upcoming.cancel()
-                await asyncio.gather(upcoming, return_exceptions=True)
                 return
             try:
                 item = upcoming.result()
@@ -452,7 +462,11 @@ async def _following(
                 return
             yield item
     finally:
-        stopping.cancel()
+        # the follower is let go first: a generator cannot be closed while it runs
+        waits = [w for w in (upcoming, stopping) if w is not None and not w.done()]
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
         closing = getattr(entries, "aclose", None)
         if closing is not None:
             await closing()

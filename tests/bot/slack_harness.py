@@ -26,9 +26,11 @@ from agent import (
     EXPIRED,
     Agent,
     AgentRuntime,
+    ModelReply,
     ModelRequest,
     SQLiteStore,
     TextDelta,
+    ThinkingBlock,
     ToolContext,
     ToolMessage,
     TriggerMessage,
@@ -49,6 +51,7 @@ SECRET = "test-signing-secret"
 WAIT = 5.0
 ASKING = "Approval needed:"
 CHECKING_NOTE = "Reading the thread first, to see what was decided."
+BOTH_NOTES = ("Reading the thread first.", "Then what #general said about it.")
 QUICK = 0.5
 """Seconds the ``hurry`` tool's request waits for an answer."""
 
@@ -99,6 +102,10 @@ def _answer(request: ModelRequest) -> Any:
         return reply("", call(name, arguments))
     if text == "check the thread":  # as Claude writes between tool calls: a thinking block
         return reply("", call("read_thread", {}), thinking=CHECKING_NOTE)
+    if text == "check the thread and #general":  # one step, two calls, a note before each
+        notes = [ThinkingBlock(thinking=n, signature="scripted") for n in BOTH_NOTES]
+        calls = [call("read_thread", {}), call("read_channel", {"channel": "#general"})]
+        return ModelReply(content=(notes[0], calls[0], notes[1], calls[1]), stop_reason="tool_use")
     period = re.search(r"read_channel takes since=([0-9.]+)", text)
     if period:  # a schedule's seed: read the channel over the period it names
         return reply("", call("read_channel", {"channel": "C0GENERAL", "since": period[1]}))

@@ -89,8 +89,6 @@ async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_pa
         streaming = page.locator(".msg.assistant").last
         await expect(streaming).to_have_text("(Offline dem", timeout=WAIT_MS)  # two pieces of six
         assert await page.evaluate("document.body.dataset.turn") == "running"
-        # what the model wrote before its tool call shows as a line of progress
-        await expect(page.locator(".progress").first).to_have_text(NOTING_NOTE)
         model.release.set()
 
         approval = page.locator("#approval")
@@ -98,6 +96,12 @@ async def test_the_console_streams_a_reply_takes_an_approval_and_finishes(tmp_pa
         await expect(page.locator("body")).to_have_attribute("data-turn", "waiting")
         await expect(page.locator("#composer")).to_be_disabled()
         await expect(page.locator(".tool-line").first).to_contain_text("remember")
+        # what the model wrote before its tool call shows as a line of progress: streamed
+        # live, then kept as the call's note, once, right before its tool line
+        await expect(page.locator(".progress")).to_have_text([NOTING_NOTE])
+        assert await page.evaluate(
+            "document.querySelector('.progress').nextElementSibling.matches('.tool-line')"
+        )
         # the card takes the focus, not Approve: a key typed as it appears decides nothing
         await expect(approval).to_be_focused()
         await page.keyboard.press("Enter")

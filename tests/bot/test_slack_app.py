@@ -19,7 +19,15 @@ from agent import SessionKey
 from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from tests.bot.slack_harness import CHECKING_NOTE, QUICK, WAIT, Bot, approval_in, ask_for_approval
+from tests.bot.slack_harness import (
+    BOTH_NOTES,
+    CHECKING_NOTE,
+    QUICK,
+    WAIT,
+    Bot,
+    approval_in,
+    ask_for_approval,
+)
 from tests.fakes.slack_api import STREAM_METHODS
 
 
@@ -411,6 +419,18 @@ async def test_what_the_model_writes_before_a_tool_call_shows_with_its_task(bot:
     [task] = answer.tasks.values()
     assert (task["title"], task["status"]) == ("read_thread", "complete")
     assert task["details"] == CHECKING_NOTE
+
+
+async def test_each_tool_call_of_a_step_shows_the_note_written_before_it(bot: Bot):
+    bot.slack.add_channel("C0GENERAL", name="general", members=[bot.slack.user_id])
+    root = await mention(bot, "check the thread and #general")
+
+    [answer] = await bot.written_replies(root)
+
+    assert [(t["title"], t.get("details")) for t in answer.tasks.values()] == [
+        ("read_thread", BOTH_NOTES[0]),
+        ("read_channel", BOTH_NOTES[1]),
+    ]
 
 
 async def test_where_nothing_streams_the_models_note_is_the_threads_status(bot: Bot):

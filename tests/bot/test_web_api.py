@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from agent import (
@@ -20,7 +21,7 @@ from agent import (
 )
 from agent.ports import SessionKey
 from agent.testing import ScriptedModel, call, reply
-from bot.offline import DEMO_MODEL_NAME, offline_model
+from bot.offline import DEMO_MODEL_NAME, NOTING_NOTE, offline_model
 from bot.web.api import SOURCE, Api
 from bot.web.app import web_application
 from bot.web.auth import ApiAuth
@@ -101,6 +102,9 @@ async def test_a_json_turn_waits_and_the_same_turn_id_replays_rather_than_runs_a
         "user": "local",
     }
     assert transcript["messages"][1]["tool_calls"][0]["name"] == "remember"
+    # the note the model wrote before its call goes with the call, not as other progress
+    assert transcript["messages"][1]["tool_calls"][0]["note"] == NOTING_NOTE
+    assert transcript["messages"][1]["progress"] == []
     assert transcript["messages"][2]["result"] == {"notes": 1}
     assert listed["sessions"] == [
         {
@@ -517,3 +521,33 @@ async def test_a_stream_still_open_when_the_server_stops_ends_with_it(tmp_path, 
     assert b"event: " not in rest  # it ended, nothing more to tell
     errors = [r for r in caplog.records if r.name == "aiohttp.server" and r.levelno >= 40]
     assert errors == []  # aiohttp fails finishing a handler that outlived its shutdown
+
+
+async def test_a_stream_whose_handler_is_cancelled_lets_its_follower_go():
+    from bot.web.api import _following
+
+    closed = asyncio.Event()
+
+    class QuietLog:
+        async def follow(self, key, *, after=0):
+            try:
+                while True:
+                    await asyncio.sleep(30)  # a long poll: the cancel lands in it
+                    yield None
+            finally:
+                closed.set()
+
+    api = type("Api", (), {"log": QuietLog(), "stopping": asyncio.Event()})()
+
+    async def consume():
+        async for _ in _following(api, KEY, 0):
+            pass
+
+    handler = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    handler.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handler  # cancelled as asked, not a RuntimeError from closing a running generator
+    await asyncio.wait_for(closed.wait(), 5)
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert left == []
