@@ -30,6 +30,7 @@ from agent._anthropic_wire import (
     api_messages,
     api_system,
     api_tools,
+    bind_thinking,
     mark_cache_points,
     message_size,
     turn_began_without_thinking,
@@ -311,7 +312,11 @@ class AnthropicModel:
         )
 
     async def _count(self, request: ModelRequest, messages: Sequence[Message]) -> int:
-        bound, _ = self._bound(request, messages)
+        # the window counts candidate cuts: worked out afresh, not remembered, so the
+        # session's remembered binding stays the one its requests reuse
+        bound, _ = bind_thinking(
+            messages, model=self.settings.model, system=request.system, tools=request.tools
+        )
         params: Json = {
             "model": self.settings.model,
             "messages": api_messages(bound),

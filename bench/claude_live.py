@@ -39,7 +39,7 @@ from agent import (
     Usage,
     tool,
 )
-from bot.config import load_settings
+from bot.config import Settings, load_settings
 
 FIRST = "What is 1234 times 5678? Use the multiply tool, then tell me the number."
 SECOND = "Now add 1 to that number and tell me the result."
@@ -85,7 +85,7 @@ def _usage_line(label: str, usage: Usage | None) -> str:
     )
 
 
-async def run(folder: Path) -> list[tuple[str, bool]]:
+async def run(settings: Settings, folder: Path) -> list[tuple[str, bool]]:
     """Both turns; each check with whether it held.
 
     Raises:
@@ -93,7 +93,6 @@ async def run(folder: Path) -> list[tuple[str, bool]]:
     """
     from agent import AnthropicModel  # the SDK: only once there is a key
 
-    settings = load_settings()
     anthropic = settings.anthropic()
     model = AnthropicModel(anthropic)
     shape = anthropic.shape()
@@ -145,7 +144,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as folder:
         try:
-            checks = asyncio.run(run(Path(folder)))
+            checks = asyncio.run(run(settings, Path(folder)))
         except ConfigError as exc:
             print(f"Cannot run: {exc}", file=sys.stderr)
             return 2

@@ -129,12 +129,7 @@ class ThreadReply:
         if self._status_set or self._ts is not None or self._thread_ts is None:
             return
         self._status_set = True
-        try:
-            await self._client.assistant_threads_setStatus(
-                channel_id=self._channel, thread_ts=self._thread_ts, status=THINKING
-            )
-        except SlackApiError as exc:  # not every conversation takes a status: no matter
-            logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
+        await self._set_status(THINKING)
 
     async def add_text(self, text: str) -> None:
         """Add streamed text; it goes out with the next flush that is due."""
@@ -166,7 +161,8 @@ class ThreadReply:
             if self._streaming:
                 await self._send([line])
         if note and first and not self._streaming:
-            await self._show_status(_shortened(note, MAX_STATUS))
+            self._noted_status = True
+            await self._set_status(_shortened(note, MAX_STATUS))
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""
@@ -186,7 +182,8 @@ class ThreadReply:
             await self._finish(whole, note)
         finally:
             if self._noted_status:  # a status set after the reply opened outlives it otherwise
-                await self._show_status("")
+                self._noted_status = False
+                await self._set_status("")
 
     async def _finish(self, whole: Sequence[str], note: str | None) -> None:
         # blanks aside: a split eats the paragraph break it cuts at
@@ -209,16 +206,15 @@ class ThreadReply:
             return
         await self._flush(force=True, last=True)
 
-    async def _show_status(self, status: str) -> None:
+    async def _set_status(self, status: str) -> None:
         """Set (or, with "", clear) the thread's status line, best effort."""
         if self._thread_ts is None:
             return
-        self._noted_status = bool(status)
         try:
             await self._client.assistant_threads_setStatus(
                 channel_id=self._channel, thread_ts=self._thread_ts, status=status
             )
-        except SlackApiError as exc:
+        except SlackApiError as exc:  # not every conversation takes a status: no matter
             logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
 
     # -- plumbing --------------------------------------------------------------------

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from agent import (
-    Agent,
-    AgentRuntime,
     AnswerCheck,
-    EventLog,
     SQLiteStore,
     StoreError,
     ToolContext,
-    resolve_policy,
     tool,
 )
 from agent.ports import SessionKey
 from agent.testing import ScriptedModel, call, reply
-from bot.offline import DEMO_MODEL_NAME, NOTING_NOTE, offline_model
-from bot.web.api import SOURCE, Api
-from bot.web.app import web_application
-from bot.web.auth import ApiAuth
+from bot.offline import NOTING_NOTE
 from tests.bot.web_harness import ANA, BOB, TOKENS, serving
 
 KEY = SessionKey("bot", "http:s1")
@@ -486,36 +477,13 @@ async def test_a_body_over_the_limit_is_refused(tmp_path):
 
 
 async def test_a_stream_still_open_when_the_server_stops_ends_with_it(tmp_path, caplog):
-    agent = Agent(name="bot", model=offline_model(), instructions="You help.")
-    store = await SQLiteStore.open(tmp_path / "bot.db")
-    runtime = AgentRuntime(store, agent)
     # a log that would keep a follower waiting for half a minute between two looks
-    log = EventLog(store, poll_seconds=30.0)
-    api = Api(
-        runtime=runtime,
-        agent=agent.name,
-        log=log,
-        auth=ApiAuth({}),
-        policy=resolve_policy(agent, SOURCE),
-        model=DEMO_MODEL_NAME,
-        offline=True,
-    )
-    runner = web.AppRunner(web_application(api), access_log=None, shutdown_timeout=5.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        url = f"http://127.0.0.1:{port}/api/sessions/s1/events"
-        async with aiohttp.ClientSession() as http, http.get(url) as response:
+    async with serving(tmp_path, poll_seconds=30.0) as served:
+        async with served.http.get(served.base_url + "/api/sessions/s1/events") as response:
             assert response.status == 200
-            await runner.cleanup()  # the server stops while the stream is open
+            await served.runner.cleanup()  # the server stops while the stream is open
             rest = await asyncio.wait_for(response.content.read(), 10)
-    finally:
-        await runner.cleanup()
-        await runtime.close()
-        await log.close()
-        await store.close()
+        api = served.api
 
     assert api.stopping.is_set()
     assert b"event: " not in rest  # it ended, nothing more to tell

@@ -133,6 +133,8 @@ class Served:
     store: SQLiteStore
     log: EventLog
     http: aiohttp.ClientSession
+    api: Api
+    runner: web.AppRunner
 
     def client(self, token: str | None = None) -> Client:
         return Client(self.base_url, self.http, token)
@@ -150,6 +152,7 @@ async def serving(
     authorize_answer: AuthorizeAnswer | None = None,
     store_class: type[SQLiteStore] = SQLiteStore,
     retry_delays: Sequence[float] = (0.01,),
+    poll_seconds: float = 0.05,
 ) -> AsyncIterator[Served]:
     """The API of an agent (the offline one by default) on SQLite, on a free loopback port."""
     agent = Agent(
@@ -166,7 +169,7 @@ async def serving(
         store,
         retention=retention,
         clock=clock or time.time,
-        poll_seconds=0.05,
+        poll_seconds=poll_seconds,
         retry_delays=retry_delays,
     )
     runtime.add_sink(log)
@@ -186,7 +189,7 @@ async def serving(
     port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession() as http:
-            yield Served(f"http://127.0.0.1:{port}", runtime, store, log, http)
+            yield Served(f"http://127.0.0.1:{port}", runtime, store, log, http, api, runner)
     finally:
         await runner.cleanup()
         await runtime.close()
