@@ -7,11 +7,60 @@ Claude (`AnthropicModel`) and the scripted model are implementations of them.
 
 from typing import TYPE_CHECKING, Any
 
-from agent._anthropic_rules import EFFORTS, Effort
-from agent._anthropic_settings import DEFAULT_MODEL, AnthropicSettings
-from agent._memory_store import MemoryStore
-from agent._sqlite_store import SQLiteStore
-from agent.definition import Agent, ModelRetry
+from agent.core.events import (
+    ActionCompleted,
+    ActionRequested,
+    InputRequested,
+    MessageCompleted,
+    MessageDelta,
+    ReasoningDelta,
+    TurnCancelled,
+    TurnCompleted,
+    TurnEvent,
+    TurnFailed,
+    TurnStarted,
+)
+from agent.core.hitl import (
+    EXPIRED,
+    AnswerCheck,
+    Grant,
+    InboundEvent,
+    InputRequest,
+    InputRequired,
+    PolicyAnswerer,
+    UserAnswerer,
+)
+from agent.core.messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolMessage,
+    TriggerMessage,
+    Usage,
+    UserMessage,
+)
+from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
+from agent.core.policy import SurfacePolicy, TurnPolicy
+from agent.core.records import SessionKey
+from agent.core.turns import (
+    Cancelled,
+    Completed,
+    Failed,
+    Suspended,
+    TurnInput,
+    TurnRecord,
+    TurnResult,
+)
+from agent.definition.agent import Agent, ModelRetry
+from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
+from agent.definition.tools import Tool, ToolContext, tool
+from agent.engine.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
+from agent.engine.grants import grant_answer
+from agent.engine.proactive import Channel, ChecksTargets, Trigger, receive
+from agent.engine.runtime import AgentRuntime
+from agent.engine.session import AgentSession
 from agent.errors import (
     AgentError,
     AuthorizeAnswerError,
@@ -33,54 +82,15 @@ from agent.errors import (
     TurnSuspendedError,
     UnknownTurnError,
 )
-from agent.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
-from agent.events import (
-    ActionCompleted,
-    ActionRequested,
-    InputRequested,
-    MessageCompleted,
-    MessageDelta,
-    ReasoningDelta,
-    TurnCancelled,
-    TurnCompleted,
-    TurnEvent,
-    TurnFailed,
-    TurnStarted,
-)
-from agent.hitl import (
-    EXPIRED,
-    AnswerCheck,
-    Grant,
-    InboundEvent,
-    InputRequest,
-    InputRequired,
-    PolicyAnswerer,
-    UserAnswerer,
-    grant_answer,
-)
-from agent.messages import (
-    AssistantMessage,
-    Message,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    ToolMessage,
-    TriggerMessage,
-    Usage,
-    UserMessage,
-)
-from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
-from agent.policy import SurfacePolicy, TurnPolicy, resolve_policy, warn_unmounted_surfaces
-from agent.ports import EventSink, Model, SessionKey, SessionStore, StoreHandle
-from agent.proactive import Channel, ChecksTargets, Trigger, receive
-from agent.runtime import AgentRuntime
-from agent.session import AgentSession
-from agent.store import open_store
-from agent.tools import Tool, ToolContext, tool
-from agent.turns import Cancelled, Completed, Failed, Suspended, TurnInput, TurnRecord, TurnResult
+from agent.models.anthropic.rules import EFFORTS, Effort
+from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
+from agent.ports import EventSink, Model, SessionStore, StoreHandle
+from agent.stores import open_store
+from agent.stores._memory import MemoryStore
+from agent.stores._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from agent._anthropic import AnthropicModel
+    from agent.models.anthropic._model import AnthropicModel
 
 _LOADED_ON_USE = frozenset({"AnthropicModel"})
 
@@ -89,9 +99,9 @@ def __getattr__(name: str) -> Any:
     # the SDK takes a second to import: a process that never calls Claude
     # (a test's child, the offline demo) should not pay for it
     if name in _LOADED_ON_USE:
-        from agent import _anthropic
+        from agent.models.anthropic import _model
 
-        return getattr(_anthropic, name)
+        return getattr(_model, name)
     raise AttributeError(f"module 'agent' has no attribute {name!r}")
 
 

@@ -1,11 +1,14 @@
-"""Compact JSON for stored values (step results, tool results)."""
+"""JSON values: their type, and the compact encoding of stored values (step and tool results)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-__all__ = ["dumps", "loads"]
+__all__ = ["JsonValue", "dumps", "loads"]
+
+JsonValue = Any
+"""Anything `json.dumps` accepts: the result of a tool, the input of a call."""
 
 
 def dumps(value: Any) -> str:

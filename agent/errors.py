@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.messages import JsonValue
+    from agent._json import JsonValue
 
 __all__ = [
     "AgentError",

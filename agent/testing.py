@@ -12,10 +12,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from agent._memory_store import MemoryStore
-from agent.events import TurnEvent
-from agent.messages import TextBlock, ThinkingBlock, ToolCall, Usage
-from agent.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+from agent.core.events import TurnEvent
+from agent.core.messages import TextBlock, ThinkingBlock, ToolCall, Usage
+from agent.core.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+from agent.stores._memory import MemoryStore
 
 __all__ = ["MemoryStore", "RecordingSink", "ScriptedModel", "call", "reply"]
 

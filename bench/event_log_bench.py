@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent import AgentRuntime, EventLog, LogEntry, SQLiteStore, TurnEvent
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from bench.turn_bench import AGENT, PROMPT, make_agent
 
 

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 
 from agent import ConfigError, open_store
-from agent.store import database_path
+from agent.stores import database_path
 from bot import messages
 from bot.agents import build_agent, check_model
 from bot.bot_config import load_bot_config

@@ -12,7 +12,7 @@ from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort
-from agent.store import database_path
+from agent.stores import database_path
 
 __all__ = ["Settings", "load_settings"]
 

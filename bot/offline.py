@@ -22,7 +22,7 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent.messages import JsonValue
+from agent._json import JsonValue
 from agent.testing import ScriptedModel, call, reply
 
 __all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]

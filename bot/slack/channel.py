@@ -30,11 +30,11 @@ from agent import (
     SessionSuspendedError,
     UnknownTurnError,
 )
-from agent.events import TERMINAL_EVENT_TYPES, TurnEvent
-from agent.hitl import REQUEST_ADAPTER, answer_step
-from agent.messages import JsonValue
-from agent.ports import SessionKey
-from agent.turns import TURN_STATUSES_UNFINISHED, Suspended, TurnRecord
+from agent._json import JsonValue
+from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent
+from agent.core.hitl import REQUEST_ADAPTER, answer_step
+from agent.core.records import SessionKey
+from agent.core.turns import TURN_STATUSES_UNFINISHED, Suspended, TurnRecord
 from bot.messages import (
     CANCELLED,
     CLICK_FAILED,

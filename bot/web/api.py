@@ -51,10 +51,10 @@ from agent import (
     UserMessage,
     grant_answer,
 )
-from agent.events import TERMINAL_EVENT_TYPES
-from agent.messages import JsonValue
-from agent.ports import SessionKey
-from agent.turns import TURN_STATUSES_UNFINISHED
+from agent._json import JsonValue
+from agent.core.events import TERMINAL_EVENT_TYPES
+from agent.core.records import SessionKey
+from agent.core.turns import TURN_STATUSES_UNFINISHED
 from bot.web.auth import ApiAuth
 from bot.web.errors import ApiError, error_response
 from bot.web.sse import EventStream, parse_last_event_id

@@ -22,8 +22,8 @@ from agent import (
     resolve_policy,
     warn_unmounted_surfaces,
 )
-from agent.ports import SessionKey
-from agent.store import database_path
+from agent.core.records import SessionKey
+from agent.stores import database_path
 from bot import messages
 from bot.agents import build_agent, check_model
 from bot.bot_config import load_bot_config

@@ -51,7 +51,7 @@ from agent import (
     TurnResult,
     tool,
 )
-from agent.messages import JsonValue
+from agent._json import JsonValue
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.child_log import append_line
 

@@ -53,9 +53,9 @@ from agent import (
     TurnResult,
     tool,
 )
+from agent._json import JsonValue
+from agent.core.hitl import EXPIRED, InboundEvent, InputRequest
 from agent.errors import ResumeAuthorizationError
-from agent.hitl import EXPIRED, InboundEvent, InputRequest
-from agent.messages import JsonValue
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.child_log import append_line
 

@@ -12,8 +12,8 @@ import asyncio
 import sys
 
 from agent import SQLiteStore
-from agent._lease import SessionLease, new_holder
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
+from agent.engine.lease import SessionLease, new_holder
 
 
 async def main(path: str) -> None:

@@ -23,7 +23,7 @@ from agent import (
     TurnFailedError,
     tool,
 )
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import RecordingSink
 from tests.fakes.anthropic_api import Cut, FakeAnthropic, Fault, Hang, Reply, StreamError
 
@@ -495,7 +495,7 @@ async def test_a_tool_call_cut_off_by_max_tokens_is_dropped_not_run(
 async def test_pause_turn_continues_a_bounded_number_of_times(
     api, claude, runtime_for, sqlite_store
 ):
-    from agent._anthropic import MAX_CONTINUATIONS
+    from agent.models.anthropic._model import MAX_CONTINUATIONS
 
     api.queue(*[Reply.text(f"part {n}.", stop_reason="pause_turn") for n in range(10)])
     runtime, _ = await runtime_for(claude(model="claude-haiku-4-5"))

@@ -1,7 +1,7 @@
 """Every model of the table, through the real SDK, against the strict fake Messages API.
 
 The fake enforces its own reading of Anthropic's per-model rules (written from
-the docs, apart from `agent._anthropic_rules`), so a shape the table gets wrong
+the docs, apart from `agent.models.anthropic.rules`), so a shape the table gets wrong
 fails here as a 400, as it would against the real API.
 """
 
@@ -26,9 +26,9 @@ from agent import (
     ThinkingBlock,
     tool,
 )
-from agent._anthropic_rules import EFFORTS, RULES
-from agent._anthropic_wire import api_messages
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
+from agent.models.anthropic.rules import EFFORTS, RULES
+from agent.models.anthropic.wire import api_messages
 from agent.testing import RecordingSink, ScriptedModel, reply
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.local_server import serve_locally
@@ -330,7 +330,7 @@ async def test_a_deprecated_model_warns_when_the_bot_starts(api, claude, caplog)
 def test_live_capabilities_that_refuse_the_request_are_named():
     from anthropic.types import ModelInfo
 
-    from agent._anthropic_rules import refused_by_capabilities
+    from agent.models.anthropic.rules import refused_by_capabilities
     from tests.fakes.anthropic_models import find_model, model_info
 
     known = find_model("claude-sonnet-5-5")

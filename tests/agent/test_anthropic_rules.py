@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError
-from agent._anthropic_rules import RULES, UNKNOWN, request_shape, rules_for
+from agent.models.anthropic.rules import RULES, UNKNOWN, request_shape, rules_for
 
 
 def shape(model: str = DEFAULT_MODEL, **settings: object):

@@ -13,7 +13,8 @@ from agent import (
     TriggerMessage,
     UserMessage,
 )
-from agent._anthropic_wire import (
+from agent.core.messages import RedactedThinkingBlock
+from agent.models.anthropic.wire import (
     ThinkingBinder,
     api_messages,
     api_system,
@@ -22,7 +23,6 @@ from agent._anthropic_wire import (
     mark_cache_points,
     turn_began_without_thinking,
 )
-from agent.messages import RedactedThinkingBlock
 
 from .wire_checks import assert_valid_api_messages
 

@@ -35,7 +35,8 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent._anthropic_wire import api_messages
+from agent.core.hitl import InboundEvent
+from agent.core.records import Commit, SessionKey
 from agent.errors import (
     ConfigError,
     ResumeConflictError,
@@ -45,8 +46,7 @@ from agent.errors import (
     TurnCancelledError,
     UnknownTurnError,
 )
-from agent.hitl import InboundEvent
-from agent.ports import Commit, SessionKey
+from agent.models.anthropic.wire import api_messages
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 

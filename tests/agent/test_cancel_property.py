@@ -62,7 +62,8 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent._anthropic_wire import api_messages
+from agent.core.messages import MESSAGE_ADAPTER
+from agent.core.turns import TURN_RECORD_ADAPTER, SessionReset, TurnResult
 from agent.errors import (
     ConflictError,
     ResumeConflictError,
@@ -70,9 +71,8 @@ from agent.errors import (
     StoreConflictError,
     UnknownTurnError,
 )
-from agent.messages import MESSAGE_ADAPTER
+from agent.models.anthropic.wire import api_messages
 from agent.testing import RecordingSink, ScriptedModel, call, reply
-from agent.turns import TURN_RECORD_ADAPTER, SessionReset, TurnResult
 from tests.fakes.anthropic_api import _check_request
 
 from .wire_checks import assert_valid_api_messages

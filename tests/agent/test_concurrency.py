@@ -6,7 +6,7 @@ import asyncio
 from collections import defaultdict
 
 from agent import Agent, AgentRuntime, Completed, SQLiteStore, ToolContext, ToolMessage, tool
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.helpers import last_tool_results
 

@@ -16,7 +16,7 @@ from agent import (
     ToolContext,
     tool,
 )
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import ScriptedModel, call, reply
 
 KEY = SessionKey("a", "s1")

@@ -21,6 +21,9 @@ from agent import (
     TurnPolicy,
     tool,
 )
+from agent.core.hitl import EXPIRED, AnswerCheck, InboundEvent, UserAnswerer
+from agent.core.records import Commit, SessionKey
+from agent.engine.grants import grant_answer
 from agent.errors import (
     AuthorizeAnswerError,
     InvalidAnswerError,
@@ -29,8 +32,6 @@ from agent.errors import (
     SessionSuspendedError,
     TurnSuspendedError,
 )
-from agent.hitl import EXPIRED, AnswerCheck, InboundEvent, UserAnswerer, grant_answer
-from agent.ports import Commit, SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 
 SPEAKER = InboundEvent(source="slack", user="U1", attested=True, data={"channel": "C1"})
@@ -317,7 +318,7 @@ async def test_a_policy_answer_needs_a_grant_from_the_agents_hook(store):
 
 
 async def test_a_grant_never_answers_a_user_request(store):
-    from agent.hitl import Grant
+    from agent.core.hitl import Grant
 
     runtime = await runtime_with(store, Ledger())
     session, turn_id = await park(runtime)

@@ -33,9 +33,9 @@ from agent import (
     TurnResult,
     UnknownTurnError,
 )
-from agent._lease import SessionLease, is_gone, new_holder, retire
-from agent.model import ModelReply
-from agent.ports import Commit, SessionKey, StoredSession
+from agent.core.model import ModelReply
+from agent.core.records import Commit, SessionKey, StoredSession
+from agent.engine.lease import SessionLease, is_gone, new_holder, retire
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS, ChildProcess, start_children
 from tests.agent.test_hitl import Ledger, gated_post_tool, script, speaker_input

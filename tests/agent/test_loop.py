@@ -13,8 +13,8 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent.events import TURN_EVENT_ADAPTER
-from agent.ports import SessionKey
+from agent.core.events import TURN_EVENT_ADAPTER
+from agent.core.records import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 

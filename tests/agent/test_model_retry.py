@@ -16,8 +16,8 @@ from agent import (
     TurnFailedError,
     Usage,
 )
-from agent.model import ModelStreamEvent
-from agent.ports import SessionKey
+from agent.core.model import ModelStreamEvent
+from agent.core.records import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 from tests.agent.test_loop import lookup

@@ -18,7 +18,7 @@ from agent import (
     TurnEvent,
     receive,
 )
-from agent.messages import JsonValue
+from agent._json import JsonValue
 from agent.testing import ScriptedModel, reply
 
 

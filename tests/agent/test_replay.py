@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from agent import Agent, AgentRuntime, Completed, ToolContext, ToolMessage, tool
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 

@@ -19,7 +19,7 @@ from agent import (
     UnknownTurnError,
     tool,
 )
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 

@@ -15,10 +15,10 @@ from agent import (
     TurnInput,
     UserMessage,
 )
-from agent._sqlite_store import MIGRATIONS
-from agent.ports import Commit, SessionKey, StoredMessage, StoredStep
-from agent.store import database_path, open_store
-from agent.turns import TurnRecord
+from agent.core.records import Commit, SessionKey, StoredMessage, StoredStep
+from agent.core.turns import TurnRecord
+from agent.stores import database_path, open_store
+from agent.stores._sqlite import MIGRATIONS
 
 KEY = SessionKey("a", "s1")
 

@@ -21,7 +21,7 @@ from agent import (
     ToolMessage,
     tool,
 )
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 
@@ -265,7 +265,7 @@ async def test_remote_tool_gets_a_stable_idempotency_key(store):
 
     [(turn_id, call_id, key)] = keys
     assert (turn_id, call_id) == (result.turn_id, "c1")
-    from agent.tools import idempotency_key
+    from agent.definition.tools import idempotency_key
 
     assert key == idempotency_key(result.turn_id, "c1")
     assert key != idempotency_key(result.turn_id, "c2")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent import AssistantMessage, Message, TextBlock, ToolCall, ToolMessage, UserMessage
-from agent._anthropic_wire import api_messages, message_size
-from agent._window import ContextWindow, omission_notice
+from agent.models.anthropic.wire import api_messages, message_size
+from agent.models.window import ContextWindow, omission_notice
 
 from .wire_checks import assert_valid_api_messages
 

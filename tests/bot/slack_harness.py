@@ -37,7 +37,7 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent.model import ModelStreamEvent
+from agent.core.model import ModelStreamEvent
 from agent.testing import ScriptedModel, call, reply
 from bot.config import Settings
 from bot.slack.channel import SlackChannel

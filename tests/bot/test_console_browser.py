@@ -16,7 +16,7 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from agent import ModelRequest, TextDelta
-from agent.model import ModelStreamEvent
+from agent.core.model import ModelStreamEvent
 from bot.offline import NOTING_NOTE, offline_model
 from tests.bot.web_harness import serving
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from agent import SessionKey
-from agent.messages import JsonValue
+from agent._json import JsonValue
 from bot.slack.channel import SlackChannel
 from bot.slack.inbound import Inbound, read_event
 from bot.slack.reply import MAX_MESSAGE_CHARS

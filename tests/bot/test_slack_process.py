@@ -25,7 +25,7 @@ import pytest
 from slack_sdk.signature import SignatureVerifier
 
 from agent import SQLiteStore
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from tests.bot.slack_harness import approval_in
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message

@@ -13,7 +13,7 @@ from agent import (
     ToolContext,
     tool,
 )
-from agent.ports import SessionKey
+from agent.core.records import SessionKey
 from agent.testing import ScriptedModel, call, reply
 from bot.offline import NOTING_NOTE
 from tests.bot.web_harness import ANA, BOB, TOKENS, serving

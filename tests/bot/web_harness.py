@@ -23,7 +23,7 @@ from agent import (
     Tool,
     resolve_policy,
 )
-from agent.hitl import AuthorizeAnswer
+from agent.core.hitl import AuthorizeAnswer
 from bot.offline import DEMO_MODEL_NAME, LOCAL_TOOLS, offline_model
 from bot.web.api import SOURCE, Api
 from bot.web.app import web_application

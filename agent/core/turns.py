@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from agent.hitl import InboundEvent, InputRequest
-from agent.messages import JsonValue, Usage
-from agent.policy import TurnPolicy
+from agent._json import JsonValue
+from agent.core.hitl import InboundEvent, InputRequest
+from agent.core.messages import Usage
+from agent.core.policy import TurnPolicy
 
 __all__ = [
     "TURN_STATUSES_UNFINISHED",

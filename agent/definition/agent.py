@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.core.hitl import AuthorizeAnswer
+from agent.core.model import ToolSpec
+from agent.core.policy import SurfacePolicy
+from agent.definition.tools import Tool
 from agent.errors import ConfigError
-from agent.hitl import AuthorizeAnswer
-from agent.model import ToolSpec
-from agent.policy import SurfacePolicy
 from agent.ports import Model
-from agent.tools import Tool
 
 __all__ = ["Agent", "ModelRetry"]
 

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from agent.definition import Agent
-from agent.errors import FatalToolError, ModelError, StoreError, ToolError
-from agent.events import (
+from agent._json import JsonValue
+from agent.core.events import (
     ActionCompleted,
     ActionRequested,
     InputRequested,
@@ -29,7 +28,7 @@ from agent.events import (
     TurnFailed,
     TurnStarted,
 )
-from agent.hitl import (
+from agent.core.hitl import (
     EXPIRED,
     InputRequest,
     InputRequired,
@@ -38,9 +37,8 @@ from agent.hitl import (
     check_schema,
     with_expiry,
 )
-from agent.messages import (
+from agent.core.messages import (
     AssistantMessage,
-    JsonValue,
     Message,
     ToolCall,
     ToolMessage,
@@ -49,11 +47,20 @@ from agent.messages import (
     Usage,
     UserMessage,
 )
-from agent.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
-from agent.policy import resolve_policy
-from agent.ports import Commit, SessionKey, SessionStore, StoredMessage, StoredSession, StoredStep
-from agent.tools import Tool, ToolContext, describe_error, idempotency_key, jsonable_result
-from agent.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
+from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
+from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
+from agent.core.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
+from agent.definition.agent import Agent
+from agent.definition.policies import resolve_policy
+from agent.definition.tools import (
+    Tool,
+    ToolContext,
+    describe_error,
+    idempotency_key,
+    jsonable_result,
+)
+from agent.errors import FatalToolError, ModelError, StoreError, ToolError
+from agent.ports import SessionStore
 
 __all__ = ["TurnRun", "apply_commit", "ending_commit", "opening_commit", "owed_calls"]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agent.messages import Usage
+from agent.core.messages import Usage
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from agent.messages import Message, ToolMessage, TriggerMessage, UserMessage
+from agent.core.messages import Message, ToolMessage, TriggerMessage, UserMessage
 
 __all__ = ["ContextWindow", "omission_notice", "valid_cuts", "windowed"]
 

@@ -9,13 +9,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from agent._lease import LEASE_SECONDS, new_holder, retire
-from agent.definition import Agent
+from agent.core.events import TurnEvent
+from agent.core.records import SessionKey
+from agent.core.turns import Suspended
+from agent.definition.agent import Agent
+from agent.engine.lease import LEASE_SECONDS, new_holder, retire
+from agent.engine.session import AgentSession
 from agent.errors import ConfigError, RuntimeClosedError
-from agent.events import TurnEvent
-from agent.ports import EventSink, SessionKey, SessionStore
-from agent.session import AgentSession
-from agent.turns import Suspended
+from agent.ports import EventSink, SessionStore
 
 __all__ = ["AgentRuntime"]
 
@@ -97,8 +98,9 @@ class AgentRuntime:
             session = self._sessions[key] = AgentSession(self, key)
         return session
 
-    def note_loaded(self, session: AgentSession) -> None:
-        """Mark ``session`` as just used, and unload idle ones beyond the limit."""
+    def note_loaded(self, key: SessionKey) -> None:
+        """Mark the session at ``key`` as just used, and unload idle ones beyond the limit."""
+        session = self.session(key.agent, key.session_id)
         self._loaded[session.key] = session
         self._loaded.move_to_end(session.key)
         while len(self._loaded) > self._max_loaded:
@@ -143,7 +145,7 @@ class AgentRuntime:
                 # fell due while nothing ran: answered before start() returns, so nobody
                 # reads the stale park; its turn then runs like any other
                 session = self.session(key.agent, key.session_id)
-                await _expire_quietly(session, parked.turn_id, parked.request.id)
+                await _expire_quietly(self, session, parked.turn_id, parked.request.id)
             else:
                 self.schedule_expiry(key, parked)
         return recovered
@@ -171,7 +173,9 @@ class AgentRuntime:
         if self._is_closed:
             return
         session = self.session(key.agent, key.session_id)
-        _ = self.spawn(_expire_quietly(session, turn_id, input_id), name=f"expire {key}/{turn_id}")
+        _ = self.spawn(
+            _expire_quietly(self, session, turn_id, input_id), name=f"expire {key}/{turn_id}"
+        )
 
     async def close(self) -> None:
         """Stop running turns at once; they stay unfinished on disk for the next start."""
@@ -247,7 +251,9 @@ class AgentRuntime:
 EXPIRY_RETRY_SECONDS = 5.0
 
 
-async def _expire_quietly(session: AgentSession, turn_id: str, input_id: str) -> None:
+async def _expire_quietly(
+    runtime: AgentRuntime, session: AgentSession, turn_id: str, input_id: str
+) -> None:
     try:
         if await session.expire(turn_id, input_id):
             logger.info("request %s of turn %s in %s expired", input_id, turn_id, session.key)
@@ -255,5 +261,5 @@ async def _expire_quietly(session: AgentSession, turn_id: str, input_id: str) ->
         logger.exception("could not expire request %s of turn %s; trying again", input_id, turn_id)
         # a locked or failing store now is no reason to hold the thread until a restart
         asyncio.get_running_loop().call_later(
-            EXPIRY_RETRY_SECONDS, session.runtime.expire_soon, session.key, turn_id, input_id
+            EXPIRY_RETRY_SECONDS, runtime.expire_soon, session.key, turn_id, input_id
         )

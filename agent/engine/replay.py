@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.events import (
+from agent.core.events import (
     ActionCompleted,
     ActionRequested,
     InputRequested,
@@ -19,9 +19,9 @@ from agent.events import (
     TurnEvent,
     TurnFailed,
 )
-from agent.messages import AssistantMessage, ToolCall, ToolMessage, Usage
-from agent.ports import SessionKey, StoredSession
-from agent.turns import (
+from agent.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
+from agent.core.records import SessionKey, StoredSession
+from agent.core.turns import (
     TURN_STATUSES_UNFINISHED,
     Cancelled,
     Completed,

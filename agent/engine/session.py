@@ -12,9 +12,42 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from agent._lease import SessionLease, drop_quietly
-from agent._replay import fold_turn
-from agent._turn import CANCELLED_CALL, TurnRun, apply_commit, ending_commit, opening_commit
+from agent._json import JsonValue
+from agent.core.events import TERMINAL_EVENT_TYPES, TurnCancelled, TurnEvent, TurnFailed
+from agent.core.hitl import (
+    REQUEST_ADAPTER,
+    Grant,
+    InputRequest,
+    answer_step,
+    check_answerer,
+    check_value,
+    is_answerer,
+)
+from agent.core.messages import Message
+from agent.core.records import (
+    Archive,
+    Commit,
+    SessionKey,
+    SessionStatus,
+    StoredMessage,
+    StoredSession,
+    StoredStep,
+)
+from agent.core.turns import (
+    TURN_STATUSES_UNFINISHED,
+    Cancelled,
+    Completed,
+    Failed,
+    SessionReset,
+    Suspended,
+    TurnInput,
+    TurnRecord,
+    TurnResult,
+)
+from agent.definition.tools import describe_error
+from agent.engine.lease import SessionLease, drop_quietly
+from agent.engine.replay import fold_turn
+from agent.engine.turn import CANCELLED_CALL, TurnRun, apply_commit, ending_commit, opening_commit
 from agent.errors import (
     ConflictError,
     LeaseLostError,
@@ -28,47 +61,10 @@ from agent.errors import (
     TurnSuspendedError,
     UnknownTurnError,
 )
-from agent.events import (
-    TERMINAL_EVENT_TYPES,
-    TurnCancelled,
-    TurnEvent,
-    TurnFailed,
-)
-from agent.hitl import (
-    REQUEST_ADAPTER,
-    Grant,
-    InputRequest,
-    answer_step,
-    check_answerer,
-    check_value,
-    is_answerer,
-)
-from agent.messages import JsonValue, Message
-from agent.ports import (
-    Archive,
-    Commit,
-    SessionKey,
-    SessionStatus,
-    StoredMessage,
-    StoredSession,
-    StoredStep,
-)
-from agent.tools import describe_error
-from agent.turns import (
-    TURN_STATUSES_UNFINISHED,
-    Cancelled,
-    Completed,
-    Failed,
-    SessionReset,
-    Suspended,
-    TurnInput,
-    TurnRecord,
-    TurnResult,
-)
 
 if TYPE_CHECKING:
-    from agent.definition import Agent
-    from agent.runtime import AgentRuntime
+    from agent.definition.agent import Agent
+    from agent.engine.host import SessionHost
 
 __all__ = ["AgentSession", "Observer"]
 
@@ -84,7 +80,7 @@ class AgentSession:
     in the order they were admitted; different sessions run concurrently.
     """
 
-    def __init__(self, runtime: AgentRuntime, key: SessionKey) -> None:
+    def __init__(self, runtime: SessionHost, key: SessionKey) -> None:
         self._runtime = runtime
         self._agent = runtime.agent(key.agent)
         self.key = key
@@ -120,7 +116,7 @@ class AgentSession:
                 if self._state is None:
                     self._state = await self._runtime.store.load(self.key)
                     self._has_swept = False
-        self._runtime.note_loaded(self)
+        self._runtime.note_loaded(self.key)
         return self._state
 
     @property
@@ -547,7 +543,7 @@ class AgentSession:
     # -- human in the loop ------------------------------------------------------
 
     @property
-    def runtime(self) -> AgentRuntime:
+    def runtime(self) -> SessionHost:
         """The runtime hosting this session."""
         return self._runtime
 

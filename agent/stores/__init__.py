@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from agent._memory_store import MemoryStore
-from agent._sqlite_store import SQLiteStore
 from agent.errors import ConfigError
+from agent.stores._memory import MemoryStore
+from agent.stores._sqlite import SQLiteStore
 
 __all__ = ["database_path", "open_store"]
 

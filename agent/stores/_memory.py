@@ -11,9 +11,8 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from agent.errors import LeaseLostError, StoreConflictError, StoreError
-from agent.messages import JsonValue
-from agent.ports import (
+from agent._json import JsonValue
+from agent.core.records import (
     Archive,
     Commit,
     LeaseTaken,
@@ -23,7 +22,8 @@ from agent.ports import (
     SessionSummary,
     StoredSession,
 )
-from agent.turns import TURN_STATUSES_UNFINISHED, TurnRecord
+from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
+from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = ["MemoryStore"]
 

@@ -22,9 +22,20 @@ from typing import Any
 import anthropic
 import httpx2
 
-from agent._anthropic_rules import refused_by_capabilities, rules_for
-from agent._anthropic_settings import DEFAULT_MODEL, AnthropicSettings
-from agent._anthropic_wire import (
+from agent.core.messages import (
+    ContentBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    Usage,
+)
+from agent.core.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+from agent.errors import ConfigError, ModelError
+from agent.models.anthropic.rules import refused_by_capabilities, rules_for
+from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
+from agent.models.anthropic.wire import (
     ThinkingBinder,
     api_block,
     api_messages,
@@ -35,18 +46,7 @@ from agent._anthropic_wire import (
     message_size,
     turn_began_without_thinking,
 )
-from agent._window import ContextWindow
-from agent.errors import ConfigError, ModelError
-from agent.messages import (
-    ContentBlock,
-    Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    Usage,
-)
-from agent.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+from agent.models.window import ContextWindow
 
 __all__ = ["AnthropicModel"]
 

@@ -17,10 +17,9 @@ from typing import Any, Literal, Self, TypeVar
 
 import aiosqlite
 
-from agent._json import dumps, loads
-from agent.errors import LeaseLostError, StoreConflictError, StoreError
-from agent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, JsonValue
-from agent.ports import (
+from agent._json import JsonValue, dumps, loads
+from agent.core.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
+from agent.core.records import (
     Archive,
     Commit,
     LeaseTaken,
@@ -29,7 +28,8 @@ from agent.ports import (
     SessionSummary,
     StoredSession,
 )
-from agent.turns import TURN_RECORD_ADAPTER, TurnRecord
+from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
+from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = ["SQLiteStore"]
 

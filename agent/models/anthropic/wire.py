@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from agent.messages import (
+from agent.core.messages import (
     AssistantMessage,
     ContentBlock,
     Message,
@@ -26,7 +26,7 @@ from agent.messages import (
     TriggerMessage,
     UserMessage,
 )
-from agent.model import ToolSpec
+from agent.core.model import ToolSpec
 
 __all__ = [
     "ThinkingBinder",

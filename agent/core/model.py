@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.messages import ContentBlock, Message, TextBlock, ToolCall, Usage
+from agent.core.messages import ContentBlock, Message, TextBlock, ToolCall, Usage
 
 __all__ = [
     "NORMAL_STOP_REASONS",

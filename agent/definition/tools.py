@@ -18,9 +18,9 @@ from typing import Any, Protocol, overload
 from pydantic import BaseModel, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from agent._json import JsonValue
+from agent.core.model import ToolSpec
 from agent.errors import ConfigError, FatalToolError, ToolError
-from agent.messages import JsonValue
-from agent.model import ToolSpec
 from agent.ports import StoreHandle
 
 __all__ = ["Tool", "ToolContext", "tool"]

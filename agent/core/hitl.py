@@ -12,25 +12,19 @@ answer. So a tool's side effects belong after the call.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import jsonschema
 from pydantic import Field, TypeAdapter
 
+from agent._json import JsonValue
 from agent.errors import (
-    AuthorizeAnswerError,
     InvalidAnswerError,
     ResumeAuthorizationError,
-    ResumeConflictError,
     ToolError,
 )
-from agent.messages import JsonValue
-
-if TYPE_CHECKING:
-    from agent.session import AgentSession
 
 __all__ = [
     "EXPIRED",
@@ -44,7 +38,6 @@ __all__ = [
     "InputRequired",
     "PolicyAnswerer",
     "UserAnswerer",
-    "grant_answer",
 ]
 
 
@@ -255,62 +248,6 @@ def check_value(request: InputRequest, value: JsonValue) -> None:
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "answer"
         raise InvalidAnswerError(f"request {request.id}: {where}: {error.message}")
-
-
-async def grant_answer(
-    session: AgentSession,
-    *,
-    turn_id: str,
-    input_id: str,
-    by: str | None,
-    principal: Any = None,
-    authorize_answer: AuthorizeAnswer | None = None,
-) -> Grant | None:
-    """Ask the agent's ``authorize_answer`` hook whether this resumer may answer.
-
-    The one async step a host runs before ``resume`` for a policy answerer. For
-    any other request it grants nothing and the resume checks ``by`` itself.
-
-    Returns:
-        The grant to pass to ``resume``, or None when the request needs none.
-
-    Raises:
-        ResumeConflictError: The turn is not waiting for ``input_id``.
-        ResumeAuthorizationError: The hook said no, or there is no hook.
-        AuthorizeAnswerError: The hook raised; nothing was applied, so retry.
-    """
-    parked = await session.parked()
-    if parked is None or parked.turn_id != turn_id or parked.request.id != input_id:
-        raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
-    request = parked.request
-    who = request.answerers
-    if not isinstance(who, PolicyAnswerer):
-        return None
-    hook = authorize_answer or session.agent.authorize_answer
-    if hook is None:
-        raise ResumeAuthorizationError(
-            f"agent {session.key.agent} has no authorize_answer hook to decide {who.policy!r}"
-        )
-    check = AnswerCheck(
-        turn_id=turn_id,
-        request=request,
-        policy=who.policy,
-        scope=who.scope,
-        by=by,
-        principal=principal,
-    )
-    try:
-        decided = hook(check)
-        allowed = await decided if inspect.isawaitable(decided) else decided
-    except Exception as exc:
-        raise AuthorizeAnswerError(
-            f"authorize_answer failed for turn {turn_id}; the answer was not applied"
-        ) from exc
-    if allowed is not True:
-        raise ResumeAuthorizationError(
-            f"turn {turn_id}: not granted to answer for policy {who.policy!r}"
-        )
-    return Grant(policy=who.policy, scope=who.scope, turn_id=turn_id, input_id=input_id, by=by)
 
 
 def with_expiry(request: InputRequest, ttl: float | None, now: float) -> InputRequest:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, overload
+from typing import Annotated, Literal, overload
 
 from pydantic import Field, TypeAdapter
+
+from agent._json import JsonValue
 
 __all__ = [
     "AssistantMessage",
@@ -28,9 +30,6 @@ __all__ = [
     "Usage",
     "UserMessage",
 ]
-
-JsonValue = Any
-"""Anything `json.dumps` accepts: the result of a tool, the input of a call."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from agent._json import JsonValue
+from agent.core.policy import TurnPolicy
+from agent.core.turns import TurnInput
 from agent.errors import ConfigError
-from agent.messages import JsonValue
-from agent.policy import TurnPolicy
-from agent.turns import TurnInput
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentRuntime
+    from agent.engine.runtime import AgentRuntime
 
 __all__ = ["Channel", "ChecksTargets", "Trigger", "receive"]
 

@@ -20,8 +20,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from agent.events import TURN_EVENT_ADAPTER, TurnEvent
-from agent.ports import SessionKey, SessionStore
+from agent.core.events import TURN_EVENT_ADAPTER, TurnEvent
+from agent.core.records import SessionKey
+from agent.ports import SessionStore
 
 __all__ = ["DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap"]
 

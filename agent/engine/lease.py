@@ -30,8 +30,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from agent.core.records import LeaseTaken, SessionKey
 from agent.errors import RuntimeClosedError
-from agent.ports import LeaseTaken, SessionKey, SessionStore
+from agent.ports import SessionStore
 
 __all__ = ["LEASE_SECONDS", "SessionLease", "drop_quietly", "is_gone", "new_holder", "retire"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent._anthropic_rules import Effort, RequestShape, request_shape
 from agent.errors import ConfigError
+from agent.models.anthropic.rules import Effort, RequestShape, request_shape
 
 __all__ = ["DEFAULT_MODEL", "AnthropicSettings"]
 

@@ -1,0 +1,148 @@
+"""What the engine and its stores exchange: keys, stored rows, and the one write, `Commit`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent._json import JsonValue
+from agent.core.messages import Message
+from agent.core.turns import TurnRecord
+
+__all__ = [
+    "Archive",
+    "Commit",
+    "LeaseTaken",
+    "LogBounds",
+    "SessionKey",
+    "SessionStatus",
+    "SessionSummary",
+    "StoredMessage",
+    "StoredSession",
+    "StoredStep",
+]
+
+
+SessionStatus = Literal["new", "idle", "running", "suspended"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """Where a session lives: an agent's name and the session's id."""
+
+    agent: str
+    session_id: str
+
+    def __str__(self) -> str:
+        return f"{self.agent}/{self.session_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A transcript message at its index."""
+
+    index: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class StoredStep:
+    """A step's memo: ``model:<n>``, ``tool:<n>:<call_id>`` or ``input:<turn>:<id>``."""
+
+    step_id: str
+    turn_id: str
+    result: JsonValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """Everything one transaction writes for a session."""
+
+    messages: tuple[StoredMessage, ...] = ()
+    steps: tuple[StoredStep, ...] = ()
+    turns: tuple[TurnRecord, ...] = ()
+    """Each inserted, or replacing the stored record with the same id."""
+    status: SessionStatus | None = None
+    expect: tuple[tuple[str, str], ...] = ()
+    """``(turn id, status)`` pairs: write only if each stored turn still has that
+    status; otherwise write nothing and raise `StoreConflictError` (another writer
+    got there first)."""
+    cancels: tuple[tuple[str, str], ...] = ()
+    """``(turn id, reason)``: cancel requests, stored before anything acts on them so
+    that a turn lost to a crash is finished as cancelled, not replayed. A turn keeps
+    the first request it got."""
+    reset_through: int | None = None
+    """Mark a reset pending: the turns up to this sequence number are to be archived."""
+    archive: bool = False
+    """Carry out the pending reset: move the transcript, the steps and the turns up to
+    ``reset_through`` into the archive under the current generation, then start the
+    next generation with status ``new``."""
+    holder: str | None = None
+    """The writer's lease: write only if no other holder took the session's lease
+    since; otherwise write nothing and raise `LeaseLostError` (a process that
+    stalled past its lease must not write over the one that took the session on)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseTaken:
+    """What `SessionStore.take_lease` found: who holds the session's lease now."""
+
+    granted: bool
+    """Whether the caller holds it now."""
+    holder: str
+    """The caller when granted; otherwise the other holder."""
+    previous: str | None = None
+    """When granted: who held it before (None for nobody, ever). Another holder means
+    another process may have written the session since the caller last read it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogBounds:
+    """Where a session's event log stands: what is kept of it, and its last position."""
+
+    first: int
+    """Position of the oldest entry kept; ``last + 1`` when none is kept."""
+    last: int
+    """Position of the newest entry ever logged (0 for none); pruning never lowers it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSummary:
+    """One line of a list of sessions."""
+
+    session_id: str
+    status: SessionStatus
+    title: str | None
+    """The opening text of the first live turn, if any."""
+    last_event: int
+    """Position of the session's newest logged event (0 for none)."""
+    updated_at: float | None
+    """When its newest kept event was logged."""
+
+
+@dataclass(slots=True, kw_only=True)
+class StoredSession:
+    """What the engine loads once per session and then keeps up to date itself."""
+
+    status: SessionStatus = "new"
+    transcript: list[Message] = field(default_factory=list)
+    turns: dict[str, TurnRecord] = field(default_factory=dict)
+    cancels: dict[str, str] = field(default_factory=dict)
+    """Stored cancel requests of turns, by turn id: the reason."""
+    generation: int = 0
+    """How many resets this session went through; the live tables hold this one."""
+    reset_through: int | None = None
+    """Set while a reset is pending: it archives the turns up to this sequence number."""
+    retired: set[str] = field(default_factory=set)
+    """Ids of turns a reset archived: a redelivery of one is not a new turn."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Archive:
+    """One generation of a session, as a reset archived it."""
+
+    generation: int
+    transcript: list[Message]
+    turns: dict[str, TurnRecord]
+    steps: dict[str, dict[str, JsonValue]]
+    """Step memos by turn id, then step id."""

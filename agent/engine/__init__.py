@@ -1,0 +1,1 @@
+"""The engine: runs turns of sessions against the seams in `agent.ports`."""

@@ -1,0 +1,62 @@
+"""`SessionHost`: what a session needs from the runtime that hosts it.
+
+A session is written against this protocol rather than `AgentRuntime` itself,
+so the runtime may import the session without the two depending on each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from agent.core.events import TurnEvent
+from agent.core.records import SessionKey
+from agent.core.turns import Suspended
+from agent.definition.agent import Agent
+from agent.ports import SessionStore
+
+__all__ = ["SessionHost"]
+
+
+class SessionHost(Protocol):
+    """The runtime, as one of its sessions sees it."""
+
+    store: SessionStore
+    holder: str
+    """The name this process writes under in every session lease it takes."""
+    lease_seconds: float
+    clock: Callable[[], float]
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the host has begun closing: no new turn may start."""
+        ...
+
+    def agent(self, name: str) -> Agent:
+        """The mounted agent called ``name``."""
+        ...
+
+    def check_open(self) -> None:
+        """Raise `RuntimeClosedError` if the host is closing."""
+        ...
+
+    def note_loaded(self, key: SessionKey) -> None:
+        """Mark the session at ``key`` as just used, so idle ones beyond the limit unload."""
+        ...
+
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+        """Run ``work`` as a task the host keeps and cancels when it closes."""
+        ...
+
+    def emit(self, event: TurnEvent) -> None:
+        """Hand an event to the host's sinks."""
+        ...
+
+    def schedule_expiry(self, key: SessionKey, parked: Suspended) -> None:
+        """Answer ``parked``'s request as expired when its deadline comes."""
+        ...
+
+    def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:
+        """Forget the expiry timer of a request that was answered or withdrawn."""
+        ...

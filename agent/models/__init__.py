@@ -1,0 +1,1 @@
+"""Model adapters: each vendor SDK is imported inside its own folder only."""
