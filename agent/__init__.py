@@ -7,6 +7,7 @@ Claude (`AnthropicModel`) and the scripted model are implementations of them.
 
 from typing import TYPE_CHECKING, Any
 
+from agent._json import JsonValue
 from agent.core.events import (
     ActionCompleted,
     ActionRequested,
@@ -19,6 +20,7 @@ from agent.core.events import (
     TurnEvent,
     TurnFailed,
     TurnStarted,
+    is_terminal,
 )
 from agent.core.hitl import (
     EXPIRED,
@@ -28,6 +30,7 @@ from agent.core.hitl import (
     InputRequest,
     InputRequired,
     PolicyAnswerer,
+    StoredAnswer,
     UserAnswerer,
 )
 from agent.core.messages import (
@@ -85,7 +88,7 @@ from agent.errors import (
 from agent.models.anthropic.rules import EFFORTS, Effort
 from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
 from agent.ports import EventSink, Model, SessionStore, StoreHandle
-from agent.stores import open_store
+from agent.stores import database_path, open_store
 from agent.stores._memory import MemoryStore
 from agent.stores._sqlite import SQLiteStore
 
@@ -138,6 +141,7 @@ __all__ = [
     "InputRequested",
     "InputRequired",
     "InvalidAnswerError",
+    "JsonValue",
     "LeaseLostError",
     "LogEntry",
     "LogGap",
@@ -161,6 +165,7 @@ __all__ = [
     "SessionSuspendedError",
     "StoreError",
     "StoreHandle",
+    "StoredAnswer",
     "SurfacePolicy",
     "Suspended",
     "TextBlock",
@@ -192,7 +197,9 @@ __all__ = [
     "Usage",
     "UserAnswerer",
     "UserMessage",
+    "database_path",
     "grant_answer",
+    "is_terminal",
     "open_store",
     "receive",
     "resolve_policy",

@@ -26,6 +26,7 @@ __all__ = [
     "TurnEvent",
     "TurnFailed",
     "TurnStarted",
+    "is_terminal",
 ]
 
 TriggerKind = Literal["inbound", "proactive", "resume"]
@@ -150,3 +151,8 @@ TURN_EVENT_ADAPTER: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 TERMINAL_EVENT_TYPES = frozenset(
     {"turn.completed", "turn.failed", "turn.cancelled", "input.requested"}
 )
+
+
+def is_terminal(event: TurnEvent) -> bool:
+    """Whether ``event`` ends a turn's stream (it finished, or it waits for a person)."""
+    return event.type in TERMINAL_EVENT_TYPES

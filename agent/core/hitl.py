@@ -37,6 +37,7 @@ __all__ = [
     "InputRequest",
     "InputRequired",
     "PolicyAnswerer",
+    "StoredAnswer",
     "UserAnswerer",
 ]
 
@@ -105,8 +106,40 @@ class InputRequest:
         """The request as plain JSON, as events and APIs carry it."""
         return REQUEST_ADAPTER.dump_python(self, mode="json")  # type: ignore[no-any-return]
 
+    @classmethod
+    def from_dict(cls, data: JsonValue) -> InputRequest:
+        """Read back what `as_dict` wrote.
+
+        Raises:
+            pydantic.ValidationError: ``data`` is not a request.
+        """
+        return REQUEST_ADAPTER.validate_python(data)
+
 
 REQUEST_ADAPTER: TypeAdapter[InputRequest] = TypeAdapter(InputRequest)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredAnswer:
+    """How a request was settled, as the engine stored it: answered by someone, or expired."""
+
+    request: InputRequest
+    value: JsonValue = None
+    by: str | None = None
+    expired: bool = False
+
+    @classmethod
+    def from_memo(cls, memo: JsonValue) -> StoredAnswer | None:
+        """The answer in a stored answer memo; None for anything else."""
+        if not isinstance(memo, dict) or "request" not in memo:
+            return None
+        by = memo.get("by")
+        return cls(
+            request=InputRequest.from_dict(memo["request"]),
+            value=memo.get("value"),
+            by=by if isinstance(by, str) else None,
+            expired=memo.get("expired") is True,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

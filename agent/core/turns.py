@@ -115,6 +115,11 @@ class TurnRecord:
     resumes: int = 0
     """How many answers resumed it."""
 
+    @property
+    def is_unfinished(self) -> bool:
+        """Whether the turn is still to run or running (parked and ended turns are not)."""
+        return self.status in TURN_STATUSES_UNFINISHED
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionReset:

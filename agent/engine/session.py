@@ -18,6 +18,7 @@ from agent.core.hitl import (
     REQUEST_ADAPTER,
     Grant,
     InputRequest,
+    StoredAnswer,
     answer_step,
     check_answerer,
     check_value,
@@ -561,6 +562,11 @@ class AgentSession:
         """The request the session is parked on, if it is."""
         parked = await self.parked()
         return parked.request if parked else None
+
+    async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:
+        """How request ``input_id`` of ``turn_id`` was settled, or None while it is open."""
+        steps = await self._runtime.store.load_steps(self.key, turn_id)
+        return StoredAnswer.from_memo(steps.get(answer_step(turn_id, input_id)))
 
     async def resume(
         self,

@@ -56,6 +56,7 @@ def test_public_names_are_pinned():
             "grant_answer",
             "Channel", "ChecksTargets", "Trigger", "receive",
             "SurfacePolicy", "TurnPolicy", "resolve_policy", "warn_unmounted_surfaces",
+            "JsonValue", "StoredAnswer", "database_path", "is_terminal",
         ]
     )  # fmt: skip
     for name in agent.__all__:

@@ -173,6 +173,17 @@ async def test_resume_replays_the_tool_which_gets_the_answer(store, answer, post
     stored = (await answers(store, turn_id))[f"input:{turn_id}:approve"]
     assert (stored["value"], stored["by"], stored["call"]) == (answer, "U1", f"c-{turn_id}")
     assert stored["request"]["prompt"] == "Post 'hello team'?"  # kept with its answer
+    settled = await session.answer_of(turn_id, "approve")
+    assert (settled.value, settled.by, settled.expired) == (answer, "U1", False)
+    assert settled.request.prompt == "Post 'hello team'?"
+    await runtime.close()
+
+
+async def test_an_open_request_has_no_answer_yet(store):
+    runtime = await runtime_with(store, Ledger())
+    session, turn_id = await park(runtime)
+    assert await session.answer_of(turn_id, "approve") is None
+    assert await session.answer_of(turn_id, "another") is None
     await runtime.close()
 
 
@@ -476,6 +487,8 @@ async def test_an_unanswered_request_expires_and_the_tool_sees_it(store):
     assert done.text == "done: {'posted': False, 'expired': True}"
     assert ledger.posted == []
     assert (await answers(store, turn_id))[f"input:{turn_id}:approve"]["expired"] is True
+    settled = await session.answer_of(turn_id, "approve")
+    assert (settled.expired, settled.by) == (True, None)
     with pytest.raises(ResumeConflictError, match="already expired") as late:
         await session.resume(turn_id, "approve", True, by="U1")
     assert late.value.expired
