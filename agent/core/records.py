@@ -20,6 +20,7 @@ __all__ = [
     "StoredMessage",
     "StoredSession",
     "StoredStep",
+    "apply_commit",
 ]
 
 
@@ -146,3 +147,31 @@ class Archive:
     turns: dict[str, TurnRecord]
     steps: dict[str, dict[str, JsonValue]]
     """Step memos by turn id, then step id."""
+
+
+def apply_commit(state: StoredSession, commit: Commit) -> None:
+    """Mirror a committed transaction into the session's in-memory state."""
+    state.transcript.extend(stored.message for stored in commit.messages)
+    for record in commit.turns:
+        state.turns[record.turn_id] = record
+    for turn_id, reason in commit.cancels:
+        state.cancels.setdefault(turn_id, reason)
+    if commit.status is not None:
+        state.status = commit.status
+    if commit.reset_through is not None:
+        state.reset_through = commit.reset_through
+    if commit.archive:
+        _archive(state)
+
+
+def _archive(state: StoredSession) -> None:
+    through = state.reset_through
+    assert through is not None
+    state.transcript.clear()  # in place: a turn run holds this list
+    for record in [t for t in state.turns.values() if t.seq <= through]:
+        del state.turns[record.turn_id]
+        state.cancels.pop(record.turn_id, None)
+        state.retired.add(record.turn_id)
+    state.generation += 1
+    state.reset_through = None
+    state.status = "new"

@@ -33,6 +33,7 @@ from agent.core.records import (
     StoredMessage,
     StoredSession,
     StoredStep,
+    apply_commit,
 )
 from agent.core.turns import (
     TURN_STATUSES_UNFINISHED,
@@ -48,7 +49,7 @@ from agent.core.turns import (
 from agent.definition.tools import describe_error
 from agent.engine.lease import SessionLease, drop_quietly
 from agent.engine.replay import fold_turn
-from agent.engine.turn import CANCELLED_CALL, TurnRun, apply_commit, ending_commit, opening_commit
+from agent.engine.turn import CANCELLED_CALL, TurnRun, ending_commit, opening_commit
 from agent.errors import (
     ConflictError,
     LeaseLostError,

@@ -48,7 +48,14 @@ from agent.core.messages import (
     UserMessage,
 )
 from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
-from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
+from agent.core.records import (
+    Commit,
+    SessionKey,
+    StoredMessage,
+    StoredSession,
+    StoredStep,
+    apply_commit,
+)
 from agent.core.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
 from agent.definition.agent import Agent
 from agent.definition.policies import resolve_policy
@@ -62,7 +69,7 @@ from agent.definition.tools import (
 from agent.errors import FatalToolError, ModelError, StoreError, ToolError
 from agent.ports import SessionStore
 
-__all__ = ["TurnRun", "apply_commit", "ending_commit", "opening_commit", "owed_calls"]
+__all__ = ["TurnRun", "ending_commit", "opening_commit", "owed_calls"]
 
 T = TypeVar("T")
 
@@ -78,34 +85,6 @@ class _StepFailed(Exception):
     def __init__(self, error: str, *, phase: str, step: str) -> None:
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
-
-
-def apply_commit(state: StoredSession, commit: Commit) -> None:
-    """Mirror a committed transaction into the session's in-memory state."""
-    state.transcript.extend(stored.message for stored in commit.messages)
-    for record in commit.turns:
-        state.turns[record.turn_id] = record
-    for turn_id, reason in commit.cancels:
-        state.cancels.setdefault(turn_id, reason)
-    if commit.status is not None:
-        state.status = commit.status
-    if commit.reset_through is not None:
-        state.reset_through = commit.reset_through
-    if commit.archive:
-        _archive(state)
-
-
-def _archive(state: StoredSession) -> None:
-    through = state.reset_through
-    assert through is not None
-    state.transcript.clear()  # in place: a turn run holds this list
-    for record in [t for t in state.turns.values() if t.seq <= through]:
-        del state.turns[record.turn_id]
-        state.cancels.pop(record.turn_id, None)
-        state.retired.add(record.turn_id)
-    state.generation += 1
-    state.reset_through = None
-    state.status = "new"
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
