@@ -36,7 +36,7 @@ async def grant_answer(
         ResumeAuthorizationError: The hook said no, or there is no hook.
         AuthorizeAnswerError: The hook raised; nothing was applied, so retry.
     """
-    parked = await session.parked()
+    parked = await session.suspended()
     if parked is None or parked.turn_id != turn_id or parked.request.id != input_id:
         raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
     request = parked.request

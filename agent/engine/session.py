@@ -554,14 +554,14 @@ class AgentSession:
         """The agent whose session this is."""
         return self._agent
 
-    async def parked(self) -> Suspended | None:
-        """The checkpoint of the turn this session is parked on, if it is."""
+    async def suspended(self) -> Suspended | None:
+        """The checkpoint of the turn this session is suspended on, if it is."""
         state = await self._loaded()
         return None if _park_is_ending(state) else _parked_in(state)
 
     async def pending(self) -> InputRequest | None:
         """The request the session is parked on, if it is."""
-        parked = await self.parked()
+        parked = await self.suspended()
         return parked.request if parked else None
 
     async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:

@@ -603,7 +603,7 @@ class SlackChannel:
         None when the click answered nothing (the clicker has been told why).
         """
         session = self.runtime.session(self.agent, decision.session_id)
-        parked = await session.parked()
+        parked = await session.suspended()
         since = len(await session.transcript())  # the continuation's first message comes next
         try:
             await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)

@@ -229,7 +229,7 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
     session = _session(api, request)
     await session.status()  # loaded: what follows reads memory, with no await between
     position = await api.log.settled_position(session.key)
-    parked = await session.parked()
+    parked = await session.suspended()
     pending = None
     if parked is not None:
         pending = {"turn_id": parked.turn_id, **parked.request.as_dict()}
@@ -495,7 +495,7 @@ async def _resume(api: Api, request: web.Request) -> web.Response:
     body = await _body(request, _ResumeBody)
     turn_id = request.match_info["turn_id"]
     session = _session(api, request)
-    parked = await session.parked()
+    parked = await session.suspended()
     granted = None
     if (
         parked is not None

@@ -518,7 +518,7 @@ class Driver:
         await self.check(where)
 
     async def answer(self, value: bool) -> None:
-        parked = await self.session.parked()
+        parked = await self.session.suspended()
         if parked is None:
             return
         try:
@@ -532,7 +532,7 @@ class Driver:
         turn_id = f"t{len(self.plans) + 1}"
         self.plans[turn_id] = op.plan
         before = await self.memory()
-        parked = await self.session.parked()
+        parked = await self.session.suspended()
         asked = read_disk(self.db).cancels
         try:
             await self.session.start(turn_id, turn_id=turn_id, replace=op.replace)
@@ -682,7 +682,7 @@ class Driver:
             if ending:  # a park whose cancel was taken: its run is ending it
                 await self.must_not_stay_parked(ending[0])
                 continue
-            parked = await self.session.parked()
+            parked = await self.session.suspended()
             if parked is not None:
                 await self.session.resume(parked.turn_id, parked.request.id, True, by="U1")
                 continue
