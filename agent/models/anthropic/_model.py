@@ -1,8 +1,8 @@
 """Claude through the official ``anthropic`` SDK: the engine's real `Model`.
 
-The only module that imports the SDK. It streams a reply, turning the SDK's
-events into our deltas and its final message into a `ModelReply`, and it
-translates the SDK's errors into `ModelError` once, here. Request-level faults
+It streams a reply, turning the SDK's events into our deltas (`_stream`) and its
+final message into a `ModelReply`; the SDK's errors become `ModelError` once, in
+`_errors`. Request-level faults
 (429, 529, 5xx, a refused connection) are retried by the SDK itself; what the
 SDK cannot retry (a stream that breaks mid-reply, an error sent inside the
 stream, a deadline) comes out as a retryable `ModelError`, and the engine asks
@@ -20,24 +20,26 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anthropic
-import httpx2
 
 from agent.core.messages import (
     ContentBlock,
     Message,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
     Usage,
 )
-from agent.core.model import ModelReply, ModelRequest, ModelStreamEvent, TextDelta, ThinkingDelta
+from agent.core.model import ModelReply, ModelRequest, ModelStreamEvent
 from agent.errors import ConfigError, ModelError
+from agent.models.anthropic._errors import (
+    RetryAfterCap,
+    is_api_error,
+    late_error,
+    model_error,
+    translated_errors,
+)
+from agent.models.anthropic._stream import StreamedReply, as_prefill
 from agent.models.anthropic.rules import refused_by_capabilities, rules_for
 from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
 from agent.models.anthropic.wire import (
     ThinkingBinder,
-    api_block,
     api_messages,
     api_system,
     api_tools,
@@ -54,11 +56,6 @@ log = logging.getLogger(__name__)
 
 MAX_CONTINUATIONS = 4
 """How many times one step follows a ``pause_turn`` before it takes the reply as it is."""
-
-_RETRYABLE_ERROR_TYPES = frozenset(
-    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
-)
-_DETAIL_LIMIT = 500
 
 Json = dict[str, Any]
 
@@ -105,7 +102,7 @@ class AnthropicModel:
             timeout=anthropic.Timeout(
                 self.settings.read_timeout, connect=min(10.0, self.settings.read_timeout)
             ),
-            middleware=[_RetryAfterCap(self.settings.max_retry_wait)],
+            middleware=[RetryAfterCap(self.settings.max_retry_wait)],
         )
 
     async def aclose(self) -> None:
@@ -131,7 +128,7 @@ class AnthropicModel:
             )
             info = await client.models.retrieve(model)
         except anthropic.NotFoundError as exc:
-            if not _is_api_error(exc, "not_found_error"):
+            if not is_api_error(exc, "not_found_error"):
                 # a gateway in front of the Messages API may serve no Models API at all
                 log.warning(
                     "the Models API at %s answered 404 without the API's error: cannot "
@@ -159,7 +156,7 @@ class AnthropicModel:
                 "could not ask the Models API about %s (%s); going on, turns will say if "
                 "the model cannot be used",
                 model,
-                self._error(exc),
+                model_error(exc, secret=self._secret),
             )
             return
         if info.lifecycle == "retired":
@@ -182,7 +179,7 @@ class AnthropicModel:
             async with asyncio.timeout_at(deadline):
                 messages = await self._fitted(request)
         except TimeoutError as exc:
-            raise self._late() from exc
+            raise late_error(self.settings.step_timeout) from exc
         params, digest = self._params(request, messages)
         content: list[ContentBlock] = []
         usage = Usage()
@@ -193,7 +190,7 @@ class AnthropicModel:
         prefill = self._rules.prefill and params["thinking"]["type"] == "disabled"
         continuations = MAX_CONTINUATIONS if prefill else 0
         for _ in range(continuations + 1):
-            part = _Reply()
+            part = StreamedReply()
             async for delta in self._stream_once(params, continuation, part, deadline):
                 yield delta
             content += part.blocks
@@ -212,7 +209,7 @@ class AnthropicModel:
     # -- one call ------------------------------------------------------------
 
     async def _stream_once(
-        self, params: Json, continuation: list[Json], part: _Reply, deadline: float
+        self, params: Json, continuation: list[Json], part: StreamedReply, deadline: float
     ) -> AsyncIterator[ModelStreamEvent]:
         if continuation:
             # a paused reply is sent back as the last message and the model carries on
@@ -220,10 +217,10 @@ class AnthropicModel:
                 **params,
                 "messages": [
                     *params["messages"],
-                    {"role": "assistant", "content": _as_prefill(continuation)},
+                    {"role": "assistant", "content": as_prefill(continuation)},
                 ],
             }
-        try:
+        with translated_errors(secret=self._secret, step_timeout=self.settings.step_timeout):
             async with contextlib.AsyncExitStack() as stack:
                 # the deadline covers sending the request and the SDK's retries too,
                 # not only the stream once it flows
@@ -239,17 +236,6 @@ class AnthropicModel:
                     if delta is not None:
                         yield delta
                 final = events.current_message_snapshot if part.stopped else None
-        except anthropic.APIError as exc:
-            raise self._error(exc) from exc
-        except httpx2.HTTPError as exc:
-            raise ModelError(
-                f"the reply stream broke: {type(exc).__name__}", retryable=True
-            ) from exc
-        except TimeoutError as exc:
-            raise self._late() from exc
-        except ValueError as exc:
-            # the SDK could not parse a tool call's streamed input
-            raise ModelError("the reply held malformed tool input", retryable=True) from exc
         if final is None:
             raise ModelError("the reply stream ended before the reply was complete", retryable=True)
         part.finish(final)
@@ -330,181 +316,9 @@ class AnthropicModel:
             counted = await self._client.messages.count_tokens(**params)
         except anthropic.APIError as exc:
             # an estimate is better than failing the step over a count
-            log.warning("token counting failed (%s); estimating instead", self._error(exc))
+            log.warning(
+                "token counting failed (%s); estimating instead",
+                model_error(exc, secret=self._secret),
+            )
             return sum(message_size(m) for m in messages) // 3
         return counted.input_tokens
-
-    # -- errors --------------------------------------------------------------
-
-    def _error(self, exc: anthropic.APIError) -> ModelError:
-        """The SDK's error as ours: a clear sentence, never the key or the request."""
-        if isinstance(exc, anthropic.APITimeoutError):
-            return ModelError("the model provider did not answer in time", retryable=True)
-        if isinstance(exc, anthropic.APIConnectionError):
-            return ModelError("could not reach the model provider", retryable=True)
-        if not isinstance(exc, anthropic.APIStatusError):
-            return ModelError(self._redacted(f"the model provider's answer was unreadable: {exc}"))
-        kind = exc.type or "error"
-        # an error sent inside a stream arrives on a 200 response
-        status = exc.status_code if exc.status_code >= 400 else None
-        text = f"the model provider refused the request ({status or 'stream'} {kind})"
-        if exc.api_message:
-            text += f": {exc.api_message[:_DETAIL_LIMIT]}"
-        if isinstance(exc, anthropic.AuthenticationError):
-            text += "; check ANTHROPIC_API_KEY"
-        elif isinstance(exc, anthropic.PermissionDeniedError):
-            text += "; the API key may not use this model"
-        retryable = kind in _RETRYABLE_ERROR_TYPES or (
-            status is not None and (status in (408, 409, 429) or status >= 500)
-        )
-        return ModelError(
-            self._redacted(text), retryable=retryable, retry_after=_retry_after(exc.response)
-        )
-
-    def _late(self) -> ModelError:
-        return ModelError(
-            f"no complete reply within {self.settings.step_timeout:g} s", retryable=True
-        )
-
-    def _redacted(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "[redacted]")
-        return text
-
-
-class _RetryAfterCap(anthropic.Middleware):
-    """Caps how long a ``retry-after`` makes the SDK wait before its retry.
-
-    The SDK obeys the header however large; a provider asking for an hour
-    would hold the turn that long.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-
-    async def handle_async(self, request: Any, call_next: Any) -> Any:
-        response = await call_next(request)
-        headers = response.http_response.headers
-        asked = "retry-after" in headers or "retry-after-ms" in headers
-        wait = _retry_after(response.http_response)
-        if asked:
-            for name in ("retry-after-ms", "retry-after"):
-                headers.pop(name, None)
-            # a date we cannot read is as good as "long"
-            headers["retry-after"] = (
-                f"{min(wait if wait is not None else self._seconds, self._seconds):g}"
-            )
-        return response
-
-
-class _Reply:
-    """One streamed API message, accumulated into our blocks."""
-
-    def __init__(self) -> None:
-        self.stopped = False
-        self.blocks: list[ContentBlock] = []
-        self.raw_blocks: list[Json] = []
-        self.stop_reason = "end_turn"
-        self.usage = Usage()
-        self._tool_json: dict[int, str] = {}
-        self._closed: set[int] = set()
-
-    def take(self, event: Any) -> ModelStreamEvent | None:
-        """Note one SDK stream event; the delta to pass on, if it is one."""
-        if event.type == "message_stop":
-            self.stopped = True
-        elif event.type == "content_block_stop":
-            self._closed.add(event.index)
-        elif event.type == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta":
-                return TextDelta(text=delta.text)
-            if delta.type == "thinking_delta":
-                return ThinkingDelta(text=delta.thinking)
-            if delta.type == "input_json_delta":
-                self._tool_json[event.index] = self._tool_json.get(event.index, "") + (
-                    delta.partial_json
-                )
-        return None
-
-    def finish(self, message: Any) -> None:
-        """Take the complete message: its blocks, stop reason and usage."""
-        self.stop_reason = message.stop_reason or "end_turn"
-        used = message.usage
-        self.usage = Usage(
-            input_tokens=used.input_tokens or 0,
-            output_tokens=used.output_tokens or 0,
-            cache_read_input_tokens=used.cache_read_input_tokens or 0,
-            cache_creation_input_tokens=used.cache_creation_input_tokens or 0,
-        )
-        last = len(message.content) - 1
-        for index, block in enumerate(message.content):
-            if block.type == "tool_use" and not self._is_whole(index, last):
-                # cut off mid-input: running it would run a guess
-                log.warning("dropped tool call %s: its input was cut off", block.id)
-                continue
-            ours = self._block(index, block)
-            if ours is not None:
-                self.blocks.append(ours)
-                self.raw_blocks.append(api_block(ours))
-
-    def _is_whole(self, index: int, last: int) -> bool:
-        """Whether a tool call's block was finished, not cut off by the token limit."""
-        if index not in self._closed:
-            return False
-        # the block the limit fell in may still be closed by the API: never trust it
-        return not (self.stop_reason == "max_tokens" and index == last)
-
-    def _block(self, index: int, block: Any) -> ContentBlock | None:
-        if block.type == "text":
-            return TextBlock(text=block.text) if block.text else None
-        if block.type == "thinking":
-            return ThinkingBlock(thinking=block.thinking, signature=block.signature)
-        if block.type == "redacted_thinking":
-            return RedactedThinkingBlock(data=block.data)
-        if block.type == "tool_use":
-            arguments = _complete_input(self._tool_json.get(index), block.input)
-            if arguments is None:
-                log.warning("dropped tool call %s: its input is not a JSON object", block.id)
-                return None
-            return ToolCall(id=block.id, name=block.name, input=arguments)
-        log.warning("dropped a %s block: no tool of ours produces it", block.type)
-        return None
-
-
-def _is_api_error(exc: anthropic.APIStatusError, error_type: str) -> bool:
-    """Whether the error's body is the API's own, ``{"type": "error", "error": {"type": ...}}``."""
-    body = exc.body
-    error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and error.get("type") == error_type
-
-
-def _as_prefill(blocks: list[Json]) -> list[Json]:
-    """Blocks to send back as the last message: the API refuses trailing whitespace there."""
-    if not blocks or blocks[-1]["type"] != "text":
-        return blocks
-    text = blocks[-1]["text"].rstrip()
-    return [*blocks[:-1], {"type": "text", "text": text}] if text else blocks[:-1]
-
-
-def _complete_input(streamed: str | None, parsed: Any) -> dict[str, Any] | None:
-    """A tool call's input if it arrived whole, else None."""
-    if streamed is None:
-        return parsed if isinstance(parsed, dict) else None
-    try:
-        value = json.loads(streamed) if streamed.strip() else {}
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _retry_after(response: Any) -> float | None:
-    """Seconds the provider asked us to wait, from ``retry-after-ms`` or ``retry-after``."""
-    if response is None:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        try:
-            return float(response.headers[name]) / scale
-        except (KeyError, ValueError):
-            continue
-    return None
