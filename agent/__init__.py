@@ -3,6 +3,51 @@
 Nothing here knows Slack. The engine depends on three seams only
 (`SessionStore`, `EventSink`, `Model`); the SQLite store, the memory store,
 Claude (`AnthropicModel`) and the scripted model are implementations of them.
+Import what you need from this package: its submodules are laid out by layer
+and may move.
+
+Layout, from the bottom up (each layer imports only those below it)::
+
+    _json, errors   JSON values and the error tree
+    core/           pure values and rules: transcript, model exchange, events,
+                    requests for input, policies, turn records, stored rows
+    ports           the seams, as Protocols
+    definition/     what an agent is: Agent, tools, how its policies resolve
+    engine/         runs turns: runtime, sessions, the turn loop, leases, event log
+    stores/         SessionStore implementations (memory, SQLite); never the engine
+    models/         Model implementations (Claude); never the engine
+
+Glossary:
+    session
+        One conversation of one agent, addressed by `SessionKey` (agent name,
+        session id). Its turns run one at a time, in the order they were admitted.
+    turn
+        One input admitted to a session and everything the agent does to answer
+        it: model calls and tool calls, each a *step*.
+    step
+        A unit of work whose result is checkpointed (committed with the
+        transcript message it produced) so a replay skips it.
+    replay
+        Running a turn again from its checkpoints after a crash or an answer:
+        committed steps are read back, not redone.
+    suspended
+        The state of a turn waiting for a person. A tool asked with
+        ``ctx.request_input`` (the `InputRequired` signal); the turn's status is
+        ``"suspended"``, its result is `Suspended`, `AgentSession.suspended()`
+        returns it and `AgentSession.pending()` the open `InputRequest`. An
+        answer, given with ``resume``, or an expiry settles the request (see
+        `StoredAnswer`).
+    cancel, replace, reset
+        A cancel stops a turn at its next checkpoint boundary; ``replace`` cancels
+        a session's unfinished turns in favour of a new one; a reset archives the
+        session's history under its *generation* and starts it fresh.
+    lease
+        The right, held by one process at a time, to write a session; every
+        write is fenced by it.
+    surface policy
+        What an operator declares per source (``slack``) and per place (a
+        channel): instructions and denied tools, fixed on the turn as its
+        `TurnPolicy` when it is admitted.
 """
 
 from typing import TYPE_CHECKING, Any
