@@ -20,7 +20,7 @@ The tree::
         │   └── FatalToolError raised by a tool to fail the turn instead of reporting
         ├── TurnFailedError    ``AgentSession.turn()`` on a turn that failed
         ├── TurnCancelledError ``AgentSession.turn()`` on a turn that was cancelled
-        └── TurnSuspendedError ``AgentSession.turn()`` on a turn that parked for input
+        └── TurnSuspendedError ``AgentSession.turn()`` on a turn that suspended for input
 
 Messages carry ids (agent, session, turn, tool), never tokens or request bodies.
 """
@@ -200,4 +200,4 @@ class TurnCancelledError(TurnError):
 
 
 class TurnSuspendedError(TurnError):
-    """`AgentSession.turn()` refuses a turn that parked: it is non-interactive."""
+    """`AgentSession.turn()` refuses a turn that suspended: it is non-interactive."""

@@ -101,7 +101,7 @@ class ActionCompleted(_Event):
 
 
 class InputRequested(_Event):
-    """The turn parked, waiting for a person."""
+    """The turn is suspended, waiting for a person."""
 
     type: Literal["input.requested"] = "input.requested"
     request: dict[str, Any]

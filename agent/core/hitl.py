@@ -1,4 +1,4 @@
-"""Human in the loop: a tool parks its turn until a person allowed to answer does.
+"""Human in the loop: a tool suspends its turn until a person allowed to answer does.
 
 An async tool calls ``await ctx.request_input(...)``. With no stored answer the
 tool raises `InputRequired`, a `BaseException` (so a tool's ``except
@@ -89,7 +89,7 @@ class Grant:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputRequest:
-    """What a parked turn waits for."""
+    """What a suspended turn waits for."""
 
     id: str
     """Stable within the turn: it keys the answer."""
@@ -158,7 +158,7 @@ AuthorizeAnswer = Callable[[AnswerCheck], bool | Awaitable[bool]]
 
 
 class InputRequired(BaseException):
-    """Raised by ``request_input`` to park the turn. Not an `Exception`: do not catch it."""
+    """Raised by ``request_input`` to suspend the turn. Not an `Exception`: do not catch it."""
 
     def __init__(self, request: InputRequest) -> None:
         super().__init__(request.id)

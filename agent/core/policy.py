@@ -2,7 +2,7 @@
 
 An operator declares a `SurfacePolicy` per source, and a channel may refine it
 with its own. What a turn runs under is a `TurnPolicy`, resolved once when the
-turn is admitted and kept with it (through a park, across a restart), so a
+turn is admitted and kept with it (while it is suspended, across a restart), so a
 configuration changed meanwhile does not change a turn already under way. It is
 enforced in code: a denied tool is not listed to the model, and a call to it
 fails as an unknown tool, so no prompt can talk the model into it.

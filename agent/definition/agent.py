@@ -57,7 +57,7 @@ class Agent:
     max_turn_seconds: float | None = None
     """How long one run of a turn may take; past it the turn is cancelled with reason
     ``timeout`` at its next checkpoint boundary (a streaming reply is abandoned at once,
-    a running tool is let finish). Time parked waiting for a person does not count."""
+    a running tool is let finish). Time spent suspended, waiting for a person, does not count."""
     surfaces: Mapping[str, SurfacePolicy] = field(default_factory=dict)
     """The policy of each source (``slack``...): its denied tools and how its
     instructions combine with the base ones."""

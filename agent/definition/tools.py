@@ -39,7 +39,7 @@ class ToolContext:
     idempotency_key: str
     """Stable across replays of this call: give it to remote side effects to dedupe on."""
     handle: StoreHandle | None = None
-    inputs: InputDesk | None = None
+    inputs: AnswerLookup | None = None
     """Where ``request_input`` finds answers; only async tools have one."""
 
     def request_input(
@@ -51,9 +51,9 @@ class ToolContext:
         answerers: Any = None,
         ttl: float | None = None,
     ) -> Awaitable[JsonValue]:
-        """Ask a person, parking the turn until they answer; returns their answer.
+        """Ask a person, suspending the turn until they answer; returns their answer.
 
-        The first call finds no answer and parks the turn (it raises
+        The first call finds no answer and suspends the turn (it raises
         `InputRequired`, which is not an `Exception`: let it through). The
         resumed turn runs this tool again from the top, and this time the call
         returns the answer, so put side effects after it.
@@ -97,7 +97,7 @@ class ToolContext:
         return self.handle
 
 
-class InputDesk(Protocol):
+class AnswerLookup(Protocol):
     """What the engine lends an async tool call to look up and ask for answers."""
 
     async def ask(
@@ -109,7 +109,7 @@ class InputDesk(Protocol):
         answerers: Any,
         ttl: float | None,
     ) -> JsonValue:
-        """The stored answer to ``id``, or park the turn to get one."""
+        """The stored answer to ``id``, or suspend the turn to get one."""
         ...
 
 
