@@ -101,7 +101,7 @@ from agent.core.turns import (
     TurnRecord,
     TurnResult,
 )
-from agent.definition.agent import Agent, ModelRetry
+from agent.definition.agent import Agent, RetryPolicy
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
 from agent.engine.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
@@ -198,11 +198,11 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
-    "ModelRetry",
     "PolicyAnswerer",
     "ReasoningDelta",
     "ResumeAuthorizationError",
     "ResumeConflictError",
+    "RetryPolicy",
     "RuntimeClosedError",
     "SQLiteStore",
     "SessionKey",

@@ -14,11 +14,11 @@ from agent.definition.tools import Tool
 from agent.errors import ConfigError
 from agent.ports import Model
 
-__all__ = ["Agent", "ModelRetry"]
+__all__ = ["Agent", "RetryPolicy"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRetry:
+class RetryPolicy:
     """How often a model step that failed for a passing reason is asked again.
 
     It covers what the provider's client cannot retry itself: a stream that
@@ -51,7 +51,7 @@ class Agent:
     model: Model
     instructions: str = ""
     tools: Sequence[Tool] = ()
-    model_retry: ModelRetry = ModelRetry()
+    model_retry: RetryPolicy = RetryPolicy()
     authorize_answer: AuthorizeAnswer | None = None
     """Decides, at resume time, whether a resumer may answer a ``{policy, scope}`` request."""
     max_turn_seconds: float | None = None

@@ -34,7 +34,7 @@ from agent import (
     AgentRuntime,
     AnthropicModel,
     AnthropicSettings,
-    ModelRetry,
+    RetryPolicy,
     SQLiteStore,
     Tool,
     TurnEvent,
@@ -94,7 +94,7 @@ async def main(db_path: str, base_url: str, tool_log: str, phase: str) -> None:
         model=model,
         instructions="You keep a run log.",
         tools=[record_run_tool(tool_log)],
-        model_retry=ModelRetry(attempts=1),
+        model_retry=RetryPolicy(attempts=1),
     )
     store = await SQLiteStore.open(db_path)
     try:

@@ -16,7 +16,7 @@ from agent import (
     AnthropicModel,
     AnthropicSettings,
     AssistantMessage,
-    ModelRetry,
+    RetryPolicy,
     SQLiteStore,
     ThinkingBlock,
     ToolCall,
@@ -29,7 +29,7 @@ from tests.fakes.anthropic_api import Cut, FakeAnthropic, Fault, Hang, Reply, St
 
 from .wire_checks import assert_valid_api_messages
 
-FAST_RETRY = ModelRetry(attempts=3, first_delay=0.01, max_delay=0.05)
+FAST_RETRY = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
 
 
 @tool
@@ -318,7 +318,7 @@ async def test_faults_beyond_the_sdks_retries_fail_the_turn_with_the_reason(
     api, claude, runtime_for
 ):
     api.queue(*[Fault.server_error()] * 3)
-    runtime, _ = await runtime_for(claude(max_retries=2), model_retry=ModelRetry(attempts=1))
+    runtime, _ = await runtime_for(claude(max_retries=2), model_retry=RetryPolicy(attempts=1))
     with pytest.raises(TurnFailedError, match=r"500 api_error"):
         await runtime.session("a", "s1").turn("hi")
     assert len(api.requests) == 3  # the first try and the SDK's two retries: bounded
@@ -368,7 +368,7 @@ async def test_the_step_deadline_covers_a_request_that_never_gets_an_answer(
 
     api._script = never
     model = claude(step_timeout=0.5, read_timeout=30.0, max_retries=2)
-    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=1))
+    runtime, _ = await runtime_for(model, model_retry=RetryPolicy(attempts=1))
     with pytest.raises(TurnFailedError, match=r"no complete reply within 0.5 s"):
         await runtime.session("a", "s1").turn("hi")
     release.set()
@@ -562,7 +562,7 @@ async def test_a_loop_begun_without_thinking_finishes_without_it_after_thinking_
 
 async def test_an_unreachable_api_is_a_clear_passing_error(claude, runtime_for, unused_tcp_port):
     model = claude(base_url=f"http://127.0.0.1:{unused_tcp_port}", max_retries=1)
-    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=2, first_delay=0.01))
+    runtime, _ = await runtime_for(model, model_retry=RetryPolicy(attempts=2, first_delay=0.01))
     with pytest.raises(TurnFailedError, match="could not reach the model provider"):
         await runtime.session("a", "s1").turn("hi")
 
@@ -579,7 +579,7 @@ async def test_when_the_sdk_gives_up_the_engine_waits_as_retry_after_says(api, c
     api.queue(*[Fault.rate_limited(0.05)] * 2, Reply.text("Back."))
     model = claude(max_retries=1)
     # without the header's 0.05 s the engine would wait its own first_delay of 60 s
-    runtime, _ = await runtime_for(model, model_retry=ModelRetry(attempts=2, first_delay=60))
+    runtime, _ = await runtime_for(model, model_retry=RetryPolicy(attempts=2, first_delay=60))
     done = await asyncio.wait_for(runtime.session("a", "s1").turn("hi"), timeout=10)
     assert done.text == "Back."
 

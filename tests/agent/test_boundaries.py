@@ -41,7 +41,7 @@ def test_public_names_are_pinned():
             "EventSink", "Failed", "FatalToolError", "InputRequested", "LeaseLostError",
                 "MemoryStore", "Message",
             "MessageCompleted", "MessageDelta", "Model", "ModelError", "ModelReply",
-            "ModelRequest", "ModelRetry", "ReasoningDelta", "RuntimeClosedError", "SQLiteStore",
+            "ModelRequest", "RetryPolicy", "ReasoningDelta", "RuntimeClosedError", "SQLiteStore",
             "SessionKey", "SessionStore",
             "StoreError", "StoreHandle", "Suspended", "TextBlock", "TextDelta", "ThinkingBlock",
             "ThinkingDelta", "Tool", "ToolCall", "ToolContext", "ToolError", "ToolMessage",

@@ -11,7 +11,7 @@ from agent import (
     AgentRuntime,
     ModelError,
     ModelRequest,
-    ModelRetry,
+    RetryPolicy,
     TextDelta,
     TurnFailedError,
     Usage,
@@ -22,7 +22,7 @@ from agent.testing import RecordingSink, ScriptedModel, call, reply
 from tests.agent.helpers import assistant_count
 from tests.agent.test_loop import lookup
 
-FAST = ModelRetry(attempts=3, first_delay=0.01, max_delay=0.05)
+FAST = RetryPolicy(attempts=3, first_delay=0.01, max_delay=0.05)
 
 
 class FlakyModel:
@@ -82,7 +82,7 @@ async def test_an_error_that_retrying_cannot_fix_fails_at_once(store):
 
 
 def test_the_wait_between_tries_doubles_honours_retry_after_and_is_capped():
-    policy = ModelRetry(attempts=5, first_delay=1.0, max_delay=10.0)
+    policy = RetryPolicy(attempts=5, first_delay=1.0, max_delay=10.0)
     assert [policy.delay(n, None) for n in (1, 2, 3, 4, 5)] == [1.0, 2.0, 4.0, 8.0, 10.0]
     assert policy.delay(1, 3.5) == 3.5
     assert policy.delay(1, 3600.0) == 10.0  # a provider asking for an hour does not stall a turn
