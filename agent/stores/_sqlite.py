@@ -29,7 +29,9 @@ from agent.core.records import (
     StoredSession,
 )
 from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
-from agent.errors import LeaseLostError, StoreConflictError, StoreError
+from agent.errors import StoreError
+from agent.stores import _rules
+from agent.stores._rules import Lease
 
 __all__ = ["SQLiteStore"]
 
@@ -158,6 +160,30 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
+_LOW = (1 << 32) - 1
+"""The largest transcript index or log position a packed rowid holds."""
+
+
+def _address(sid: int, low: int) -> int:
+    """The rowid of a message or event: the session's number high, its index or position low."""
+    return sid << 32 | low
+
+
+def _low_of(rowid: int) -> int:
+    """The transcript index or log position a packed rowid holds."""
+    return rowid & _LOW
+
+
+def _span(sid: int) -> tuple[int, int]:
+    """The first and last rowid session ``sid``'s messages or events may have."""
+    return _address(sid, 0), _address(sid, _LOW)
+
+
+def _sql_list(statuses: frozenset[str]) -> str:
+    """A status set as SQL text, ``('queued', 'running')``: sorted, as the partial indexes."""
+    return "(" + ", ".join(f"'{status}'" for status in sorted(statuses)) + ")"
+
+
 _TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
@@ -272,10 +298,10 @@ class SQLiteStore:
         return await self._run(_work_and_write, self._ids, key, work, record)
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        return await self._run(_turns_in, "('queued', 'running')")
+        return await self._run(_turns_in, _rules.UNFINISHED)
 
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        return await self._run(_turns_in, "('suspended')")
+        return await self._run(_turns_in, _rules.SUSPENDED)
 
     async def cancelled_parks(self) -> list[SessionKey]:
         rows = await self._run(
@@ -303,25 +329,10 @@ class SQLiteStore:
         return await self._run(_take_lease, self._ids, key, holder, now, until, over)
 
     async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
-        def renew(conn: sqlite3.Connection) -> bool:
-            with _transaction(conn, self._ids):
-                cursor = conn.execute(
-                    "UPDATE leases SET until = ? WHERE agent = ? AND session_id = ? AND holder = ?",
-                    (until, key.agent, key.session_id, holder),
-                )
-                return cursor.rowcount == 1
-
-        return await self._run(renew)
+        return await self._run(_keep_lease, self._ids, key, holder, until)
 
     async def drop_lease(self, key: SessionKey, holder: str) -> None:
-        def drop(conn: sqlite3.Connection) -> None:
-            with _transaction(conn, self._ids):
-                conn.execute(
-                    "UPDATE leases SET until = 0 WHERE agent = ? AND session_id = ? AND holder = ?",
-                    (key.agent, key.session_id, holder),
-                )
-
-        await self._run(drop)
+        await self._run(_keep_lease, self._ids, key, holder, _rules.LET_GO)
 
     async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
         def save(conn: sqlite3.Connection) -> None:
@@ -394,9 +405,9 @@ class SQLiteStore:
                 return []
             rows = conn.execute(
                 "SELECT id, body FROM events WHERE id > ? AND id < ? ORDER BY id LIMIT ?",
-                (_event_id(sid, after), _event_id(sid + 1, 0), limit),
+                (_address(sid, after), _address(sid + 1, 0), limit),
             ).fetchall()
-            return [(row_id & _LOW, body) for row_id, body in rows]
+            return [(_low_of(row_id), body) for row_id, body in rows]
 
         return [(position, loads(body)) for position, body in await self._run(read)]
 
@@ -408,9 +419,9 @@ class SQLiteStore:
             [(last,)] = conn.execute("SELECT last_event FROM sessions WHERE id = ?", (sid,))
             [(first,)] = conn.execute(
                 "SELECT min(id) FROM events WHERE id > ? AND id < ?",
-                (_event_id(sid, 0), _event_id(sid + 1, 0)),
+                (_address(sid, 0), _address(sid + 1, 0)),
             )
-            return LogBounds(first=last + 1 if first is None else first & _LOW, last=last)
+            return LogBounds(first=last + 1 if first is None else _low_of(first), last=last)
 
         return await self._run(read)
 
@@ -443,13 +454,15 @@ class SQLiteStore:
             SessionSummary(
                 session_id=session_id,
                 status=status,
-                title=TURN_RECORD_ADAPTER.validate_json(record).input.text if record else None,
+                title=_rules.title_of(
+                    TURN_RECORD_ADAPTER.validate_json(record) if record else None
+                ),
                 last_event=last_event,
                 updated_at=updated_at,
             )
             for session_id, status, last_event, updated_at, record in await self._run(read)
         ]
-        return sorted(found, key=lambda f: (f.updated_at or 0.0, f.session_id), reverse=True)
+        return _rules.newest_first(found)
 
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""
@@ -555,18 +568,21 @@ class _SessionIds:
         self._ids.clear()
 
 
-def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
+def _apply(conn: sqlite3.Connection, key: SessionKey, sid: int, rows: _Rows) -> None:
+    """Write a commit the holder fence let through; the session's keys refuse taken rows."""
     commit = rows.commit
-    for turn_id, expected in commit.expect:
+
+    def status_of(turn_id: str) -> str | None:
         found = conn.execute(
             "SELECT status FROM turns WHERE session = ? AND turn_id = ?", (sid, turn_id)
         ).fetchone()
-        if found is None or found[0] != expected:
-            raise StoreConflictError(f"turn {turn_id} is no longer {expected}")
+        return None if found is None else str(found[0])
+
+    _rules.check_expected(key, commit.expect, status_of)
     if rows.messages:
         conn.executemany(
             "INSERT INTO messages (id, turn_id, role, body) VALUES (?, ?, ?, ?)",
-            [(sid << 32 | index, *rest) for index, *rest in rows.messages],
+            [(_address(sid, index), *rest) for index, *rest in rows.messages],
         )
     if rows.steps:
         conn.executemany(
@@ -592,17 +608,16 @@ def _apply(conn: sqlite3.Connection, sid: int, rows: _Rows) -> None:
             "UPDATE sessions SET reset_through = ? WHERE id = ?", (commit.reset_through, sid)
         )
     if commit.archive:
-        _archive(conn, sid)
+        _archive(conn, key, sid)
 
 
-def _archive(conn: sqlite3.Connection, sid: int) -> None:
+def _archive(conn: sqlite3.Connection, key: SessionKey, sid: int) -> None:
     """Move the live generation of session ``sid`` into the archive and open the next."""
     generation, through = conn.execute(
         "SELECT generation, reset_through FROM sessions WHERE id = ?", (sid,)
     ).fetchone()
-    if through is None:
-        raise StoreError("no reset is pending to carry out")
-    low, high = sid << 32, sid << 32 | 0xFFFFFFFF
+    through = _rules.check_reset_pending(key, through)
+    low, high = _span(sid)
     conn.execute(
         "INSERT INTO archived_messages (session, generation, idx, turn_id, role, body)"
         " SELECT ?, ?, idx, turn_id, role, body FROM messages WHERE id BETWEEN ? AND ?",
@@ -651,17 +666,23 @@ def _transaction(conn: sqlite3.Connection, ids: _SessionIds) -> Iterator[None]:
 def _write(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, rows: _Rows) -> None:
     with _transaction(conn, ids):
         _check_lease(conn, key, rows.commit.holder)
-        _apply(conn, ids.ensure(conn, key), rows)
+        _apply(conn, key, ids.ensure(conn, key), rows)
 
 
-def _check_lease(conn: sqlite3.Connection, key: SessionKey, holder: str | None) -> None:
-    if holder is None:
-        return
+def _check_lease(conn: sqlite3.Connection, key: SessionKey, writer: str | None) -> None:
+    """The holder fence, read inside the transaction that then writes."""
+    if writer is None:
+        return  # a write that takes no lease into account reads none
+    current = _lease(conn, key)
+    _rules.check_holder(key, writer, current.holder if current is not None else None)
+
+
+def _lease(conn: sqlite3.Connection, key: SessionKey) -> Lease | None:
     row = conn.execute(
-        "SELECT holder FROM leases WHERE agent = ? AND session_id = ?", (key.agent, key.session_id)
+        "SELECT holder, until FROM leases WHERE agent = ? AND session_id = ?",
+        (key.agent, key.session_id),
     ).fetchone()
-    if row is not None and row[0] != holder:
-        raise LeaseLostError(f"{key}: another process took this session on")
+    return None if row is None else Lease(row[0], row[1])
 
 
 def _take_lease(
@@ -673,20 +694,31 @@ def _take_lease(
     until: float,
     over: str | None,
 ) -> LeaseTaken:
+    # IMMEDIATE (in _transaction): the lease read and the write see one holder
     with _transaction(conn, ids):
-        row = conn.execute(
-            "SELECT holder, until FROM leases WHERE agent = ? AND session_id = ?",
-            (key.agent, key.session_id),
-        ).fetchone()
-        if row is not None and row[0] not in {holder, over} and row[1] > now:
-            return LeaseTaken(granted=False, holder=row[0])
+        taken = _rules.take_lease(_lease(conn, key), holder=holder, now=now, over=over)
+        if taken.granted:
+            conn.execute(
+                "INSERT INTO leases (agent, session_id, holder, until) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (agent, session_id) DO UPDATE"
+                " SET holder = excluded.holder, until = excluded.until",
+                (key.agent, key.session_id, holder, until),
+            )
+        return taken
+
+
+def _keep_lease(
+    conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey, holder: str, until: float
+) -> bool:
+    """Move the lease's end to ``until`` if ``holder`` still holds it (renew, or let go)."""
+    with _transaction(conn, ids):
+        if not _rules.is_held_by(_lease(conn, key), holder):
+            return False
         conn.execute(
-            "INSERT INTO leases (agent, session_id, holder, until) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (agent, session_id) DO UPDATE"
-            " SET holder = excluded.holder, until = excluded.until",
-            (key.agent, key.session_id, holder, until),
+            "UPDATE leases SET until = ? WHERE agent = ? AND session_id = ?",
+            (until, key.agent, key.session_id),
         )
-        return LeaseTaken(granted=True, holder=holder, previous=row[0] if row else None)
+        return True
 
 
 def _save_delivery(
@@ -704,12 +736,7 @@ def _save_delivery(
             )
 
 
-_LOW = (1 << 32) - 1
 _PRUNE_BATCH = 2000
-
-
-def _event_id(sid: int, position: int) -> int:
-    return (sid << 32) | position
 
 
 def _append_events(
@@ -723,7 +750,7 @@ def _append_events(
             raise StoreError(f"{key}: its event log is full")
         conn.executemany(
             "INSERT INTO events (id, at, body) VALUES (?, ?, ?)",
-            [(_event_id(sid, p), at, body) for p, body in zip(positions, bodies, strict=True)],
+            [(_address(sid, p), at, body) for p, body in zip(positions, bodies, strict=True)],
         )
         conn.execute("UPDATE sessions SET last_event = ? WHERE id = ?", (last + len(bodies), sid))
         return positions
@@ -767,7 +794,7 @@ def _work_and_write(
         conn.execute("RELEASE tool_call")
         commit = record(outcome)
         _check_lease(conn, key, commit.holder)
-        _apply(conn, ids.ensure(conn, key), _rows(commit))
+        _apply(conn, key, ids.ensure(conn, key), _rows(commit))
     return commit
 
 
@@ -779,8 +806,7 @@ def _load(conn: sqlite3.Connection, ids: _SessionIds, key: SessionKey) -> Stored
         "SELECT status, generation, reset_through FROM sessions WHERE id = ?", (sid,)
     ).fetchone()
     bodies = conn.execute(
-        "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id",
-        (sid << 32, sid << 32 | 0xFFFFFFFF),
+        "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id", _span(sid)
     ).fetchall()
     records = conn.execute(
         "SELECT record, cancel FROM turns WHERE session = ? ORDER BY seq", (sid,)
@@ -850,11 +876,14 @@ def _load_steps(
     return {step_id: loads(result) for step_id, result in rows}
 
 
-def _turns_in(conn: sqlite3.Connection, statuses: str) -> list[tuple[SessionKey, TurnRecord]]:
-    # ``statuses`` is one of two literals above, spelled as the partial indexes are
+def _turns_in(
+    conn: sqlite3.Connection, statuses: frozenset[str]
+) -> list[tuple[SessionKey, TurnRecord]]:
+    # spelled as the partial indexes turns_unfinished and turns_suspended are, so
+    # SQLite reads the index instead of every turn (a test checks the plan)
     rows = conn.execute(
         "SELECT s.agent, s.session_id, t.record FROM turns AS t JOIN sessions AS s"
-        f" ON s.id = t.session WHERE t.status IN {statuses}"
+        f" ON s.id = t.session WHERE t.status IN {_sql_list(statuses)}"
         " ORDER BY s.agent, s.session_id, t.seq"
     ).fetchall()
     return [
