@@ -132,7 +132,11 @@ class SessionStore(Protocol):
         ...
 
     async def has_session(self, key: SessionKey) -> bool:
-        """Whether the session ever admitted a turn; cheap, and loads nothing."""
+        """Whether the session ever admitted a turn; cheap, and loads nothing.
+
+        A turn it still holds or one a reset archived counts; a delivery state,
+        a logged event or a read alone does not (reads never create a session).
+        """
         ...
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
@@ -185,7 +189,12 @@ class SessionStore(Protocol):
         ...
 
     async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
-        """The sessions of ``agent`` whose id starts with ``prefix``, newest activity first."""
+        """The sessions of ``agent`` whose id starts with ``prefix``, newest activity first.
+
+        Exactly those `has_session` is true for. Each is titled with the opening
+        text of its first live turn and ordered by its newest kept event (ties and
+        sessions with none by id, descending).
+        """
         ...
 
 

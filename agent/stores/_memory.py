@@ -161,7 +161,7 @@ class MemoryStore:
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)
-        return s is not None and bool(s.live.turns or s.live.generation)
+        return s is not None and _rules.has_admitted_a_turn(s.live)
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         deliveries = self._session(key).deliveries
@@ -227,6 +227,8 @@ class MemoryStore:
         found = []
         for key, s in self._sessions.items():
             if key.agent != agent or not key.session_id.startswith(prefix):
+                continue
+            if not _rules.has_admitted_a_turn(s.live):
                 continue
             first = min(s.live.turns.values(), key=lambda t: t.seq, default=None)
             found.append(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from agent.core.records import Commit, LeaseTaken, SessionKey, SessionSummary
+from agent.core.records import Commit, LeaseTaken, SessionKey, SessionSummary, StoredSession
 from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
@@ -30,6 +30,7 @@ __all__ = [
     "check_expected",
     "check_holder",
     "check_reset_pending",
+    "has_admitted_a_turn",
     "is_held_by",
     "newest_first",
     "take_lease",
@@ -164,6 +165,15 @@ def is_held_by(current: Lease | None, holder: str) -> bool:
 
 
 # -- sessions ----------------------------------------------------------------
+
+
+def has_admitted_a_turn(live: StoredSession) -> bool:
+    """Whether a session exists for `has_session` and `list_sessions`: it admitted a turn.
+
+    A turn it still holds or one a reset archived; a delivery, a logged event or
+    a read alone makes no session.
+    """
+    return bool(live.turns or live.retired)
 
 
 def title_of(first: TurnRecord | None) -> str | None:

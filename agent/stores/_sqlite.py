@@ -184,6 +184,18 @@ def _sql_list(statuses: frozenset[str]) -> str:
     return "(" + ", ".join(f"'{status}'" for status in sorted(statuses)) + ")"
 
 
+def _admitted_a_turn(session: str) -> str:
+    """SQL for `_rules.has_admitted_a_turn` about the session numbered ``session``.
+
+    True when it holds a turn or a reset archived one; both lookups use the
+    leading column of a key, so neither reads more than one entry.
+    """
+    return (
+        f"(EXISTS (SELECT 1 FROM turns WHERE session = {session})"
+        f" OR EXISTS (SELECT 1 FROM archived_turns WHERE session = {session}))"
+    )
+
+
 _TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
@@ -359,7 +371,14 @@ class SQLiteStore:
         return {place: loads(policy) for place, policy in rows}
 
     async def has_session(self, key: SessionKey) -> bool:
-        return await self._run(lambda conn: self._ids.find(conn, key) is not None)
+        def read(conn: sqlite3.Connection) -> bool:
+            sid = self._ids.find(conn, key)
+            if sid is None:
+                return False
+            [(admitted,)] = conn.execute(f"SELECT {_admitted_a_turn('?')}", (sid, sid))
+            return bool(admitted)
+
+        return await self._run(read)
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         text = None if state is None else dumps(state)
@@ -446,7 +465,8 @@ class SQLiteStore:
                 "SELECT s.session_id, s.status, s.last_event,"
                 " (SELECT max(at) FROM events WHERE id > (s.id << 32) AND id < ((s.id + 1) << 32)),"
                 " (SELECT record FROM turns WHERE session = s.id ORDER BY seq LIMIT 1)"
-                " FROM sessions AS s WHERE s.agent = ? AND substr(s.session_id, 1, ?) = ?",
+                " FROM sessions AS s WHERE s.agent = ? AND substr(s.session_id, 1, ?) = ?"
+                f" AND {_admitted_a_turn('s.id')}",
                 (agent, len(prefix), prefix),
             ).fetchall()
 
