@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import MemoryStore, SQLiteStore
-
-Store = MemoryStore | SQLiteStore
+from tests.agent.stores.rows import Store
 
 
 async def _memory(tmp_path: Path) -> Store:
