@@ -38,7 +38,6 @@ OVERSIZE: frozenset[str] = frozenset(
         "agent.engine.session",
         "agent.engine.turn",
         "agent.models.anthropic._model",
-        "agent.stores._sqlite",
         "bot.slack.channel",
         "bot.web.api",
     }

@@ -18,7 +18,7 @@ from agent import (
 )
 from agent.core.records import Commit, SessionKey, StoredMessage
 from agent.stores import database_path, open_store
-from agent.stores._sqlite import MIGRATIONS
+from agent.stores.sqlite._schema import MIGRATIONS
 
 KEY = SessionKey("a", "s1")
 
