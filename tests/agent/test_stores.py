@@ -182,3 +182,20 @@ async def test_a_closed_sqlite_store_says_it_is_closed(tmp_path):
         await store.load(KEY)
     with pytest.raises(StoreError, match="closed"):
         await store.take_lease(KEY, "a#1", now=1.0, until=2.0)
+
+
+@pytest.mark.parametrize(
+    ("listing", "index"),
+    [("unfinished_turns", "turns_unfinished"), ("suspended_turns", "turns_suspended")],
+)
+async def test_turns_are_found_by_status_through_their_partial_index(sqlite_store, listing, index):
+    # the status set is derived from the engine's, and must still read as the index's
+    # WHERE does, or SQLite would scan every turn at each start-up
+    statements: list[str] = []
+    await sqlite_store.set_trace_callback(statements.append)
+    await getattr(sqlite_store, listing)()
+    await sqlite_store.set_trace_callback(None)
+
+    [query] = [s for s in statements if "t.status" in s]
+    plan = await sqlite_store._run(lambda c: c.execute(f"EXPLAIN QUERY PLAN {query}").fetchall())
+    assert any(index in row[-1] for row in plan), plan

@@ -21,7 +21,7 @@ from agent.stores.sqlite._schema import (
     admitted_a_turn,
     low_of,
     span,
-    sql_list,
+    status_in,
 )
 
 __all__ = [
@@ -126,7 +126,7 @@ def turns_in(
     # SQLite reads the index instead of every turn (a test checks the plan)
     rows = conn.execute(
         "SELECT s.agent, s.session_id, t.record FROM turns AS t JOIN sessions AS s"
-        f" ON s.id = t.session WHERE t.status IN {sql_list(statuses)}"
+        f" ON s.id = t.session WHERE {status_in('t.status', statuses)}"
         " ORDER BY s.agent, s.session_id, t.seq"
     ).fetchall()
     return [

@@ -25,7 +25,7 @@ __all__ = [
     "configure",
     "low_of",
     "span",
-    "sql_list",
+    "status_in",
 ]
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -213,9 +213,18 @@ def span(sid: int) -> tuple[int, int]:
     return address(sid, 0), address(sid, LOW)
 
 
-def sql_list(statuses: frozenset[str]) -> str:
-    """A status set as SQL text, ``('queued', 'running')``: sorted, as the partial indexes."""
-    return "(" + ", ".join(f"'{status}'" for status in sorted(statuses)) + ")"
+def status_in(column: str, statuses: frozenset[str]) -> str:
+    """SQL that ``column`` holds one of ``statuses``, spelled as the partial indexes are.
+
+    SQLite uses a partial index only for a query whose WHERE repeats the index's
+    own term: ``status IN ('queued', 'running')`` (sorted) for turns_unfinished,
+    and ``status = 'suspended'`` for turns_suspended, where ``IN ('suspended')``
+    would scan every turn.
+    """
+    if len(statuses) == 1:
+        [status] = statuses
+        return f"{column} = '{status}'"
+    return f"{column} IN (" + ", ".join(f"'{status}'" for status in sorted(statuses)) + ")"
 
 
 def admitted_a_turn(session: str) -> str:
