@@ -135,7 +135,7 @@ from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
 from agent.ports import EventSink, Model, SessionStore, StoreHandle
 from agent.stores import database_path, open_store
 from agent.stores._memory import MemoryStore
-from agent.stores._sqlite import SQLiteStore
+from agent.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from agent.models.anthropic._model import AnthropicModel

@@ -6,6 +6,11 @@ store's writes are whole transactions: the engine hands it a `Commit` (or a
 piece of work that produces one inside the transaction) and never holds a
 transaction open across an ``await``. A step's memo points at the transcript
 message it committed with, so every result is stored once.
+
+`SessionStore` is the composition of five role protocols (`TurnStore`,
+`LeaseStore`, `DeliveryStore`, `PlacePolicyStore`, `EventLogStore`), so code
+that needs one role can say which; every store implements them all, and
+``tests/agent/stores/`` holds the contract each method keeps on every store.
 """
 
 from __future__ import annotations
@@ -27,7 +32,17 @@ from agent.core.records import (
 )
 from agent.core.turns import TurnRecord
 
-__all__ = ["EventSink", "Model", "SessionStore", "StoreHandle"]
+__all__ = [
+    "DeliveryStore",
+    "EventLogStore",
+    "EventSink",
+    "LeaseStore",
+    "Model",
+    "PlacePolicyStore",
+    "SessionStore",
+    "StoreHandle",
+    "TurnStore",
+]
 
 T = TypeVar("T")
 
@@ -43,8 +58,8 @@ class StoreHandle(Protocol):
         ...
 
 
-class SessionStore(Protocol):
-    """Durable home of transcripts, step memos and turn records."""
+class TurnStore(Protocol):
+    """A session's transcript, steps and turn records, written one `Commit` at a time."""
 
     async def load(self, key: SessionKey) -> StoredSession:
         """Read a session's status, transcript and turns (empty when it is new)."""
@@ -94,6 +109,27 @@ class SessionStore(Protocol):
         """Read one archived generation of a session (None when there is none)."""
         ...
 
+    async def has_session(self, key: SessionKey) -> bool:
+        """Whether the session ever admitted a turn; cheap, and loads nothing.
+
+        A turn it still holds or one a reset archived counts; a delivery state,
+        a logged event or a read alone does not (reads never create a session).
+        """
+        ...
+
+    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
+        """The sessions of ``agent`` whose id starts with ``prefix``, newest activity first.
+
+        Exactly those `has_session` is true for. Each is titled with the opening
+        text of its first live turn and ordered by its newest kept event (ties and
+        sessions with none by id, descending).
+        """
+        ...
+
+
+class LeaseStore(Protocol):
+    """Which process writes a session now: one holder at a time, until its lease runs out."""
+
     async def take_lease(
         self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
     ) -> LeaseTaken:
@@ -119,21 +155,9 @@ class SessionStore(Protocol):
         """Let the session's lease go, if ``holder`` still holds it."""
         ...
 
-    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
-        """Keep the policy an operator set for one place of a source (None forgets it).
 
-        A channel keeps here what people change from the surface itself (a Slack
-        slash command); the engine never reads it.
-        """
-        ...
-
-    async def place_policies(self, source: str) -> dict[str, JsonValue]:
-        """Every policy kept for the places of ``source``, by place."""
-        ...
-
-    async def has_session(self, key: SessionKey) -> bool:
-        """Whether the session ever admitted a turn; cheap, and loads nothing."""
-        ...
+class DeliveryStore(Protocol):
+    """What a channel keeps about showing each turn; the engine never reads it."""
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         """Keep how a channel is showing a turn (``None`` forgets it), in a transaction of its own.
@@ -160,6 +184,26 @@ class SessionStore(Protocol):
         """The delivery state kept for one turn, if any."""
         ...
 
+
+class PlacePolicyStore(Protocol):
+    """Policies people set from a surface, by source and place; the engine never reads them."""
+
+    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
+        """Keep the policy an operator set for one place of a source (None forgets it).
+
+        A channel keeps here what people change from the surface itself (a Slack
+        slash command); the engine never reads it.
+        """
+        ...
+
+    async def place_policies(self, source: str) -> dict[str, JsonValue]:
+        """Every policy kept for the places of ``source``, by place."""
+        ...
+
+
+class EventLogStore(Protocol):
+    """The durable log of each session's events, for clients that reconnect."""
+
     async def append_events(
         self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
     ) -> list[int]:
@@ -184,9 +228,13 @@ class SessionStore(Protocol):
         """Delete every log entry logged before ``before``; return how many went."""
         ...
 
-    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
-        """The sessions of ``agent`` whose id starts with ``prefix``, newest activity first."""
-        ...
+
+class SessionStore(TurnStore, LeaseStore, DeliveryStore, PlacePolicyStore, EventLogStore, Protocol):
+    """Durable home of transcripts, step memos and turn records: every role above in one.
+
+    The engine and the bot take a `SessionStore`; a part of them that needs one
+    role only may name that role's protocol instead.
+    """
 
 
 class EventSink(Protocol):

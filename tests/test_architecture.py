@@ -37,7 +37,6 @@ OVERSIZE: frozenset[str] = frozenset(
     {
         "agent.engine.session",
         "agent.engine.turn",
-        "agent.stores._sqlite",
         "bot.slack.channel",
         "bot.web.api",
     }

@@ -21,6 +21,8 @@ __all__ = [
     "StoredSession",
     "StoredStep",
     "apply_commit",
+    "apply_session_writes",
+    "archive_generation",
 ]
 
 
@@ -152,26 +154,54 @@ class Archive:
 def apply_commit(state: StoredSession, commit: Commit) -> None:
     """Mirror a committed transaction into the session's in-memory state."""
     state.transcript.extend(stored.message for stored in commit.messages)
+    apply_session_writes(state, commit)
+
+
+def apply_session_writes(state: StoredSession, commit: Commit) -> dict[str, TurnRecord]:
+    """Apply what ``commit`` writes beside the transcript and the steps, as every store does.
+
+    The engine's mirror and the memory store both write through here, after the
+    commit's messages; the SQLite store writes the same in SQL. Turn records
+    replace those with the same id; a cancel request lands only on a turn the
+    session has, and the first one a turn got is kept; then the status, a
+    pending reset, and last the archive, which the commit's own ``reset_through``
+    may have just asked for.
+
+    Returns:
+        The turns the commit's archive retired, by id (empty when it archived nothing).
+    """
     for record in commit.turns:
         state.turns[record.turn_id] = record
     for turn_id, reason in commit.cancels:
-        state.cancels.setdefault(turn_id, reason)
+        if turn_id in state.turns:
+            state.cancels.setdefault(turn_id, reason)
     if commit.status is not None:
         state.status = commit.status
     if commit.reset_through is not None:
         state.reset_through = commit.reset_through
-    if commit.archive:
-        _archive(state)
+    return archive_generation(state) if commit.archive else {}
 
 
-def _archive(state: StoredSession) -> None:
+def archive_generation(state: StoredSession) -> dict[str, TurnRecord]:
+    """Carry out the pending reset: retire its turns and open the next generation.
+
+    The turns up to ``reset_through`` leave the live state (their cancel requests
+    with them, their ids into ``retired``), the transcript is emptied in place (a
+    turn run holds that list), and the session starts afresh as ``new``. What the
+    generation held is for the caller to keep, if it keeps an archive.
+
+    Returns:
+        The retired turns, by id, in the order the session held them.
+    """
     through = state.reset_through
-    assert through is not None
-    state.transcript.clear()  # in place: a turn run holds this list
-    for record in [t for t in state.turns.values() if t.seq <= through]:
-        del state.turns[record.turn_id]
-        state.cancels.pop(record.turn_id, None)
-        state.retired.add(record.turn_id)
+    assert through is not None, "a store refuses an archive with no reset pending"
+    retiring = {t.turn_id: t for t in state.turns.values() if t.seq <= through}
+    state.transcript.clear()
+    for turn_id in retiring:
+        del state.turns[turn_id]
+        state.cancels.pop(turn_id, None)
+        state.retired.add(turn_id)
     state.generation += 1
     state.reset_through = None
     state.status = "new"
+    return retiring

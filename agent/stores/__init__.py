@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from agent.errors import ConfigError
 from agent.stores._memory import MemoryStore
-from agent.stores._sqlite import SQLiteStore
+from agent.stores.sqlite import SQLiteStore
 
 __all__ = ["database_path", "open_store"]
 

@@ -12,18 +12,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agent._json import JsonValue
+from agent.core.messages import Message
 from agent.core.records import (
     Archive,
     Commit,
     LeaseTaken,
     LogBounds,
     SessionKey,
-    SessionStatus,
     SessionSummary,
     StoredSession,
+    apply_session_writes,
 )
-from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
-from agent.errors import LeaseLostError, StoreConflictError, StoreError
+from agent.core.turns import TurnRecord
+from agent.stores import _rules
+from agent.stores._rules import Lease
 
 __all__ = ["MemoryStore"]
 
@@ -31,28 +33,16 @@ T = TypeVar("T")
 
 
 class _Session:
-    __slots__ = (
-        "archive",
-        "cancels",
-        "deliveries",
-        "events",
-        "generation",
-        "last_event",
-        "messages",
-        "reset_through",
-        "status",
-        "steps",
-        "turns",
-    )
+    """One session's rows; it exists once a write was allowed, never on a read."""
+
+    __slots__ = ("archive", "deliveries", "events", "last_event", "live", "messages", "steps")
 
     def __init__(self) -> None:
-        self.status: SessionStatus = "new"
-        self.messages: dict[int, Any] = {}
+        self.live = StoredSession()
+        """Status, turns, cancels, generation and pending reset, as a load returns them.
+        Its transcript stays empty: ``messages`` holds it, by the index each commit gave."""
+        self.messages: dict[int, Message] = {}
         self.steps: dict[tuple[str, str], JsonValue] = {}
-        self.turns: dict[str, TurnRecord] = {}
-        self.cancels: dict[str, str] = {}
-        self.generation = 0
-        self.reset_through: int | None = None
         self.archive: dict[int, Archive] = {}
         self.deliveries: dict[str, JsonValue] = {}
         self.events: dict[int, tuple[float, JsonValue]] = {}
@@ -64,7 +54,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._sessions: dict[SessionKey, _Session] = {}
-        self._leases: dict[SessionKey, tuple[str, float]] = {}
+        self._leases: dict[SessionKey, Lease] = {}
         self._place_policies: dict[tuple[str, str], JsonValue] = {}
 
     async def close(self) -> None:
@@ -77,23 +67,27 @@ class MemoryStore:
         await self.close()
 
     def _session(self, key: SessionKey) -> _Session:
+        """The session a write goes to, made on the first one."""
         return self._sessions.setdefault(key, _Session())
 
     async def load(self, key: SessionKey) -> StoredSession:
-        s = self._session(key)
-        turns = sorted(s.turns.values(), key=lambda t: t.seq)
+        s = self._sessions.get(key)
+        if s is None:
+            return StoredSession()
+        live = s.live
         return StoredSession(
-            status=s.status,
+            status=live.status,
             transcript=[s.messages[i] for i in sorted(s.messages)],
-            turns={t.turn_id: t for t in turns},
-            cancels=dict(s.cancels),
-            generation=s.generation,
-            reset_through=s.reset_through,
-            retired={turn_id for archive in s.archive.values() for turn_id in archive.turns},
+            turns={t.turn_id: t for t in sorted(live.turns.values(), key=lambda t: t.seq)},
+            cancels=dict(live.cancels),
+            generation=live.generation,
+            reset_through=live.reset_through,
+            retired=set(live.retired),
         )
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
-        steps = self._session(key).steps
+        s = self._sessions.get(key)
+        steps = s.steps if s is not None else {}
         return {step: copy.deepcopy(v) for (turn, step), v in steps.items() if turn == turn_id}
 
     async def commit(self, key: SessionKey, commit: Commit) -> None:
@@ -116,45 +110,45 @@ class MemoryStore:
         return commit
 
     async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        return self._turns_in(TURN_STATUSES_UNFINISHED)
+        return self._turns_in(_rules.UNFINISHED)
 
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        return self._turns_in(frozenset({"suspended"}))
+        return self._turns_in(_rules.SUSPENDED)
 
     async def cancelled_parks(self) -> list[SessionKey]:
         return [
             key
             for key, s in self._sessions.items()
-            if any(t.status == "suspended" and t.turn_id in s.cancels for t in s.turns.values())
+            if any(
+                t.status in _rules.SUSPENDED and t.turn_id in s.live.cancels
+                for t in s.live.turns.values()
+            )
         ]
 
     async def pending_resets(self) -> list[SessionKey]:
-        return [key for key, s in self._sessions.items() if s.reset_through is not None]
+        return [key for key, s in self._sessions.items() if s.live.reset_through is not None]
 
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
-        archive = self._session(key).archive.get(generation)
-        return copy.deepcopy(archive)
+        s = self._sessions.get(key)
+        return copy.deepcopy(s.archive.get(generation)) if s is not None else None
 
     async def take_lease(
         self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
     ) -> LeaseTaken:
-        held = self._leases.get(key)
-        if held is not None and held[0] not in {holder, over} and held[1] > now:
-            return LeaseTaken(granted=False, holder=held[0])
-        self._leases[key] = (holder, until)
-        return LeaseTaken(granted=True, holder=holder, previous=held[0] if held else None)
+        taken = _rules.take_lease(self._leases.get(key), holder=holder, now=now, over=over)
+        if taken.granted:
+            self._leases[key] = Lease(holder, until)
+        return taken
 
     async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
-        held = self._leases.get(key)
-        if held is None or held[0] != holder:
+        if not _rules.is_held_by(self._leases.get(key), holder):
             return False
-        self._leases[key] = (holder, until)
+        self._leases[key] = Lease(holder, until)
         return True
 
     async def drop_lease(self, key: SessionKey, holder: str) -> None:
-        held = self._leases.get(key)
-        if held is not None and held[0] == holder:
-            self._leases[key] = (holder, 0.0)
+        if _rules.is_held_by(self._leases.get(key), holder):
+            self._leases[key] = Lease(holder, _rules.LET_GO)
 
     async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
         if policy is None:
@@ -167,7 +161,7 @@ class MemoryStore:
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)
-        return s is not None and bool(s.turns or s.generation)
+        return s is not None and _rules.has_admitted_a_turn(s.live)
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         deliveries = self._session(key).deliveries
@@ -234,81 +228,71 @@ class MemoryStore:
         for key, s in self._sessions.items():
             if key.agent != agent or not key.session_id.startswith(prefix):
                 continue
-            first = min(s.turns.values(), key=lambda t: t.seq, default=None)
+            if not _rules.has_admitted_a_turn(s.live):
+                continue
+            first = min(s.live.turns.values(), key=lambda t: t.seq, default=None)
             found.append(
                 SessionSummary(
                     session_id=key.session_id,
-                    status=s.status,
-                    title=first.input.text if first is not None else None,
+                    status=s.live.status,
+                    title=_rules.title_of(first),
                     last_event=s.last_event,
                     updated_at=max((at for at, _ in s.events.values()), default=None),
                 )
             )
-        return sorted(found, key=lambda f: (f.updated_at or 0.0, f.session_id), reverse=True)
+        return _rules.newest_first(found)
 
     def _turns_in(self, statuses: frozenset[str]) -> list[tuple[SessionKey, TurnRecord]]:
         found = [
             (key, turn)
             for key, s in self._sessions.items()
-            for turn in s.turns.values()
+            for turn in s.live.turns.values()
             if turn.status in statuses
         ]
         return sorted(found, key=lambda kt: (kt[0].agent, kt[0].session_id, kt[1].seq))
 
     def _apply(self, key: SessionKey, commit: Commit) -> None:
-        s = self._session(key)
-        # check everything first so a clash writes nothing, as a rolled-back transaction
+        # every check first, so a refused commit writes nothing, as a rolled-back
+        # transaction; a session that is new here is kept only once they pass
+        s = self._sessions.get(key) or _Session()
+        live = s.live
         held = self._leases.get(key)
-        if commit.holder is not None and held is not None and held[0] != commit.holder:
-            raise LeaseLostError(f"{key}: another process took this session on")
-        for turn_id, expected in commit.expect:
-            stored = s.turns.get(turn_id)
-            if stored is None or stored.status != expected:
-                raise StoreConflictError(f"{key}: turn {turn_id} is no longer {expected}")
-        if commit.archive and s.reset_through is None and commit.reset_through is None:
-            raise StoreError(f"{key}: no reset is pending to carry out")
-        for m in commit.messages:
-            if m.index in s.messages:
-                raise StoreError(f"{key}: transcript index {m.index} is already taken")
-        for st in commit.steps:
-            if (st.turn_id, st.step_id) in s.steps:
-                raise StoreError(f"{key}: step {st.step_id} is already committed")
+        _rules.check_commit(
+            key,
+            commit,
+            holder=held.holder if held is not None else None,
+            status_of=lambda turn_id: _status_of(live, turn_id),
+            reset_through=live.reset_through,
+            is_index_taken=lambda index: index in s.messages,
+            is_step_taken=lambda turn_id, step_id: (turn_id, step_id) in s.steps,
+        )
+        self._sessions[key] = s
         for m in commit.messages:
             s.messages[m.index] = m.message
         for st in commit.steps:
             s.steps[(st.turn_id, st.step_id)] = copy.deepcopy(st.result)
-        for record in commit.turns:
-            s.turns[record.turn_id] = record
-        for turn_id, reason in commit.cancels:
-            if turn_id in s.turns:
-                s.cancels.setdefault(turn_id, reason)
-        if commit.status is not None:
-            s.status = commit.status
-        if commit.reset_through is not None:
-            s.reset_through = commit.reset_through
+        generation = live.generation  # the one an archive in this commit files away
+        retired = apply_session_writes(live, commit)
         if commit.archive:
-            self._archive(s)
+            s.archive[generation] = Archive(
+                generation=generation,
+                transcript=[s.messages[i] for i in sorted(s.messages)],
+                turns=retired,
+                steps=_take_steps(s.steps, retired),
+            )
+            s.messages.clear()
 
-    @staticmethod
-    def _archive(s: _Session) -> None:
-        through = s.reset_through
-        assert through is not None
-        retiring = {t.turn_id: t for t in s.turns.values() if t.seq <= through}
-        steps: dict[str, dict[str, JsonValue]] = {}
-        for (turn_id, step_id), result in list(s.steps.items()):
-            if turn_id in retiring:
-                steps.setdefault(turn_id, {})[step_id] = result
-                del s.steps[(turn_id, step_id)]
-        s.archive[s.generation] = Archive(
-            generation=s.generation,
-            transcript=[s.messages[i] for i in sorted(s.messages)],
-            turns=retiring,
-            steps=steps,
-        )
-        s.messages.clear()
-        for turn_id in retiring:
-            del s.turns[turn_id]
-            s.cancels.pop(turn_id, None)
-        s.generation += 1
-        s.reset_through = None
-        s.status = "new"
+
+def _status_of(live: StoredSession, turn_id: str) -> str | None:
+    record = live.turns.get(turn_id)
+    return record.status if record is not None else None
+
+
+def _take_steps(
+    steps: dict[tuple[str, str], JsonValue], turns: dict[str, TurnRecord]
+) -> dict[str, dict[str, JsonValue]]:
+    """Remove the step memos of ``turns`` from ``steps``; return them by turn, then step."""
+    taken: dict[str, dict[str, JsonValue]] = {}
+    for turn_id, step_id in [k for k in steps if k[0] in turns]:
+        taken.setdefault(turn_id, {})[step_id] = steps.pop((turn_id, step_id))
+    return taken

@@ -218,11 +218,11 @@ async def test_thinking_streams_as_reasoning_and_is_kept_with_its_signature(stor
 
 async def test_each_step_is_one_transaction_holding_its_memo_and_its_message(sqlite_store):
     statements: list[str] = []
-    await sqlite_store._db.set_trace_callback(statements.append)
+    await sqlite_store.set_trace_callback(statements.append)
     model = ScriptedModel(two_step_script)
     async with AgentRuntime(sqlite_store, Agent(name="a", model=model, tools=[lookup])) as runtime:
         await runtime.session("a", "s1").turn("weather?")
-    await sqlite_store._db.set_trace_callback(None)
+    await sqlite_store.set_trace_callback(None)
 
     transactions: list[list[str]] = []
     for sql in statements:

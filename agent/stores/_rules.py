@@ -1,0 +1,186 @@
+"""The rules every store keeps, written once: what a commit may write, who holds a lease.
+
+Pure functions over values the store read, with no I/O: the memory store calls
+them on its dicts and the SQLite store on the rows it selected, inside the
+transaction that then writes. What a commit writes once it is allowed is shared
+with the engine's mirror, in `agent.core.records.apply_session_writes`.
+
+A store may keep a rule in its schema instead, where the database enforces it
+more cheaply: SQLite refuses a taken transcript index or step by its primary
+keys (so its message says "UNIQUE constraint failed"), and the memory store
+checks both here, before writing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from agent.core.records import Commit, LeaseTaken, SessionKey, SessionSummary, StoredSession
+from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
+from agent.errors import LeaseLostError, StoreConflictError, StoreError
+
+__all__ = [
+    "LET_GO",
+    "SUSPENDED",
+    "UNFINISHED",
+    "Lease",
+    "check_commit",
+    "check_expected",
+    "check_holder",
+    "check_reset_pending",
+    "has_admitted_a_turn",
+    "is_held_by",
+    "newest_first",
+    "take_lease",
+    "title_of",
+]
+
+UNFINISHED: Final = TURN_STATUSES_UNFINISHED
+"""The statuses of a turn still to run: `SessionStore.unfinished_turns` lists them."""
+SUSPENDED: Final = frozenset({"suspended"})
+"""The status of a turn parked for a person's answer: `SessionStore.suspended_turns`."""
+LET_GO: Final = 0.0
+"""The ``until`` of a lease its holder let go: it ran out long ago, so anyone may take it."""
+
+
+# -- commits -----------------------------------------------------------------
+
+
+def check_holder(key: SessionKey, writer: str | None, holder: str | None) -> None:
+    """The holder fence: refuse a write under a lease another process took since.
+
+    Args:
+        key: The session written.
+        writer: The commit's ``holder`` (None: a write that takes no lease into account).
+        holder: Who holds the session's lease now (None: nobody ever did).
+
+    Raises:
+        LeaseLostError: Another holder has the lease.
+    """
+    if writer is not None and holder is not None and holder != writer:
+        raise LeaseLostError(f"{key}: another process took this session on")
+
+
+def check_expected(
+    key: SessionKey, expect: Iterable[tuple[str, str]], status_of: Callable[[str], str | None]
+) -> None:
+    """Refuse a commit whose expected turn statuses no longer hold.
+
+    Args:
+        key: The session written.
+        expect: The commit's ``(turn id, status)`` pairs, checked in order.
+        status_of: The stored status of a turn, None for a turn the session lacks.
+
+    Raises:
+        StoreConflictError: A turn is missing or has moved on; another writer got there first.
+    """
+    for turn_id, expected in expect:
+        if status_of(turn_id) != expected:
+            raise StoreConflictError(f"{key}: turn {turn_id} is no longer {expected}")
+
+
+def check_reset_pending(key: SessionKey, through: int | None) -> int:
+    """Refuse an archive when no reset is pending; return the sequence number it covers.
+
+    Raises:
+        StoreError: Nothing asked for a reset (in the store, or in the same commit).
+    """
+    if through is None:
+        raise StoreError(f"{key}: no reset is pending to carry out")
+    return through
+
+
+def check_commit(
+    key: SessionKey,
+    commit: Commit,
+    *,
+    holder: str | None,
+    status_of: Callable[[str], str | None],
+    reset_through: int | None,
+    is_index_taken: Callable[[int], bool],
+    is_step_taken: Callable[[str, str], bool],
+) -> None:
+    """Every check of a commit, in order, before it writes anything (all or nothing).
+
+    Args:
+        key: The session written.
+        commit: What would be written.
+        holder: Who holds the session's lease now.
+        status_of: The stored status of a turn, None for a turn the session lacks.
+        reset_through: The stored pending reset, or None.
+        is_index_taken: Whether the transcript holds a message at an index.
+        is_step_taken: Whether a turn's step (turn id, step id) has a memo already.
+
+    Raises:
+        LeaseLostError: See `check_holder`.
+        StoreConflictError: See `check_expected`.
+        StoreError: An archive with no reset pending, or a taken index or step.
+    """
+    check_holder(key, commit.holder, holder)
+    check_expected(key, commit.expect, status_of)
+    if commit.archive:
+        asked = commit.reset_through if commit.reset_through is not None else reset_through
+        check_reset_pending(key, asked)
+    for stored in commit.messages:
+        if is_index_taken(stored.index):
+            raise StoreError(f"{key}: transcript index {stored.index} is already taken")
+    for step in commit.steps:
+        if is_step_taken(step.turn_id, step.step_id):
+            raise StoreError(f"{key}: step {step.step_id} is already committed")
+
+
+# -- leases ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A session's lease as stored: who holds it, and until when (epoch seconds)."""
+
+    holder: str
+    until: float
+
+
+def take_lease(current: Lease | None, *, holder: str, now: float, over: str | None) -> LeaseTaken:
+    """What taking a lease finds; when granted, the store writes ``Lease(holder, until)``.
+
+    Granted when nobody ever held it, ``holder`` holds it already (a renewal), it
+    ran out by ``now``, or its holder is ``over`` (one the caller found dead).
+    """
+    if current is None or current.holder in {holder, over} or current.until <= now:
+        return LeaseTaken(
+            granted=True, holder=holder, previous=None if current is None else current.holder
+        )
+    return LeaseTaken(granted=False, holder=current.holder)
+
+
+def is_held_by(current: Lease | None, holder: str) -> bool:
+    """Whether ``holder`` still holds the lease: it may renew it or let it go.
+
+    A lease that ran out is still its holder's until someone takes it; one taken
+    by another meanwhile is not, even once that one let it go.
+    """
+    return current is not None and current.holder == holder
+
+
+# -- sessions ----------------------------------------------------------------
+
+
+def has_admitted_a_turn(live: StoredSession) -> bool:
+    """Whether a session exists for `has_session` and `list_sessions`: it admitted a turn.
+
+    A turn it still holds or one a reset archived; a delivery, a logged event or
+    a read alone makes no session.
+    """
+    return bool(live.turns or live.retired)
+
+
+def title_of(first: TurnRecord | None) -> str | None:
+    """A session's title in a listing: the opening text of its first live turn."""
+    return first.input.text if first is not None else None
+
+
+def newest_first(found: Iterable[SessionSummary]) -> list[SessionSummary]:
+    """Sessions by their newest kept event, newest first; ties (and none) by id, descending."""
+    return sorted(found, key=lambda s: (s.updated_at or 0.0, s.session_id), reverse=True)
