@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 
 from agent import ConfigError, open_store
 from agent.stores import database_path
-from bot import messages
-from bot.agents import build_agent, check_model
-from bot.bot_config import load_bot_config
-from bot.config import Settings, load_settings
+from bot import texts
+from bot.agent_factory import build_agent, check_model
+from bot.config_file import load_bot_config
 from bot.offline import recall, remember
 from bot.schedules import next_firing
+from bot.settings import Settings, load_settings
 from bot.terminal import chat
 
 
@@ -25,10 +25,10 @@ async def run_terminal(settings: Settings, given: list[str] | None) -> None:
     await check_model(agent)
     where = database_path(settings.database_url) or "memory"
     if settings.anthropic_api_key is not None:
-        print(messages.terminal_with_claude(settings.anthropic_model, where))
+        print(texts.terminal_with_claude(settings.anthropic_model, where))
     else:
-        print(messages.NEEDS_CREDENTIALS)
-        print(messages.offline_intro(where))
+        print(texts.NEEDS_CREDENTIALS)
+        print(texts.offline_intro(where))
     store = await open_store(settings.database_url)
     try:
         await chat(store, agent, given)
@@ -43,7 +43,7 @@ def list_schedules(settings: Settings) -> int:
     """``python -m bot schedules``: each schedule, and when it fires next."""
     config = load_bot_config(settings.bot_config)
     if not config.schedules:
-        print("No schedules: BOT_CONFIG names none." if settings.bot_config else messages.NO_CONFIG)
+        print("No schedules: BOT_CONFIG names none." if settings.bot_config else texts.NO_CONFIG)
         return 0
     now = datetime.now(UTC)
     for schedule in config.schedules:
@@ -74,7 +74,7 @@ async def describe_policies(settings: Settings) -> list[str]:
         book = PolicyBook(agent, config, store)
         lines = [f"Policies of {SOURCE} turns (agent {agent.name}):"]
         for view in await book.describe_all():
-            lines += ["", *messages.policy_lines(view, in_slack=False)]
+            lines += ["", *texts.policy_lines(view, in_slack=False)]
         return lines
     finally:
         await store.close()
@@ -93,9 +93,9 @@ def list_policies(settings: Settings) -> int:
 def fire_schedule(settings: Settings, name: str) -> int:
     """``python -m bot run-schedule NAME``: fire it now, post its reply, say how it went."""
     if not settings.has_slack:
-        print(f"Cannot run {name}: {messages.SCHEDULES_NEED_SLACK}", file=sys.stderr)
+        print(f"Cannot run {name}: {texts.SCHEDULES_NEED_SLACK}", file=sys.stderr)
         return 2
-    from bot.slack.serve import ScheduleFailed, run_schedule
+    from bot.slack.run import ScheduleFailed, run_schedule
 
     # the engine's notes show (what it waits for: another process in the schedule's session)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if settings.has_slack:
-            from bot.slack.serve import serve_slack  # Bolt: only when serving Slack
+            from bot.slack.run import serve_slack  # Bolt: only when serving Slack
 
             asyncio.run(serve_slack(settings))
         else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent import Agent, ConfigError, SessionStore, SurfacePolicy, TurnPolicy, resolve_policy
-from bot.bot_config import BotConfig
+from bot.config_file import BotConfig
 
 __all__ = ["SOURCE", "ChannelPolicy", "PolicyBook", "PolicyChange", "check_channel_policies"]
 

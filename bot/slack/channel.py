@@ -35,16 +35,6 @@ from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent
 from agent.core.hitl import REQUEST_ADAPTER, answer_step
 from agent.core.records import SessionKey
 from agent.core.turns import TURN_STATUSES_UNFINISHED, Suspended, TurnRecord
-from bot.messages import (
-    CANCELLED,
-    CLICK_FAILED,
-    EXPIRED_REQUEST,
-    FAILED_PREFIX,
-    RETRYING,
-    WAITING_FOR_APPROVAL,
-    not_waiting,
-    only_answerers,
-)
 from bot.slack.blocks import (
     Decision,
     approval_blocks,
@@ -55,6 +45,16 @@ from bot.slack.blocks import (
 )
 from bot.slack.inbound import Ignored, Inbound, read_event
 from bot.slack.reply import ThreadReply
+from bot.texts import (
+    CANCELLED,
+    CLICK_FAILED,
+    EXPIRED_REQUEST,
+    FAILED_PREFIX,
+    RETRYING,
+    WAITING_FOR_APPROVAL,
+    not_waiting,
+    only_answerers,
+)
 
 if TYPE_CHECKING:
     from agent import TurnPolicy

@@ -24,11 +24,11 @@ from agent import (
 )
 from agent.core.records import SessionKey
 from agent.stores import database_path
-from bot import messages
-from bot.agents import build_agent, check_model
-from bot.bot_config import load_bot_config
-from bot.config import Settings
+from bot import texts
+from bot.agent_factory import build_agent, check_model
+from bot.config_file import load_bot_config
 from bot.offline import DEMO_MODEL_NAME
+from bot.settings import Settings
 from bot.web.api import SOURCE, Api
 from bot.web.app import listening, web_application
 from bot.web.auth import ApiAuth
@@ -110,7 +110,7 @@ async def serve_local(settings: Settings) -> None:
         async with listening(web_application(api), host, settings.port), pruning(log):
             address = f"http://{host}:{settings.port}/"
             where = database_path(settings.database_url) or "memory"
-            print(messages.local_mode(address, api.model, api.offline, where), flush=True)
+            print(texts.local_mode(address, api.model, api.offline, where), flush=True)
             await stop.wait()
         print("Stopping: unfinished turns stay on disk and resume at the next start.", flush=True)
     finally:

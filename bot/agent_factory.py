@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agent import Agent, Model, SurfacePolicy, Tool
-from bot.config import Settings
 from bot.offline import LOCAL_TOOLS, offline_model
+from bot.settings import Settings
 
 __all__ = ["AGENT_NAME", "INSTRUCTIONS_FOLDER", "build_agent", "check_model"]
 

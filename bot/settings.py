@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort
-from agent.stores import database_path
+from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort, database_path
 
 __all__ = ["Settings", "load_settings"]
 
@@ -204,7 +203,7 @@ class Settings(BaseSettings):
 
 
 def _config_file_problems(path: Path) -> list[str]:
-    from bot.bot_config import load_bot_config  # pydantic models of the file: only when named
+    from bot.config_file import load_bot_config  # pydantic models of the file: only when named
 
     try:
         load_bot_config(path)

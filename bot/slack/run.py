@@ -36,15 +36,16 @@ from agent import (
     open_store,
     warn_unmounted_surfaces,
 )
-from bot import messages
-from bot.agents import build_agent, check_model
-from bot.bot_config import BotConfig, load_bot_config
-from bot.config import Settings
+from bot import texts
+from bot.agent_factory import build_agent, check_model
+from bot.config_file import BotConfig, load_bot_config
 from bot.policies import SOURCE, PolicyBook, check_channel_policies
 from bot.schedules import Firing, ScheduleRunner, firing_now
+from bot.settings import Settings
+from bot.slack.app import bolt_app
 from bot.slack.channel import SlackChannel
 from bot.slack.firing import fire, has_fired
-from bot.slack.server import bolt_app, web_app
+from bot.slack.http import web_app
 from bot.slack.tools import THREAD_TOOLS, slack_tools
 from bot.web.api import SOURCE as API_SOURCE
 from bot.web.api import Api, is_api_session
@@ -178,7 +179,7 @@ async def _serve(
     config = load_bot_config(settings.bot_config)
     serve_api = bool(settings.api_principals())
     if not serve_api:
-        print(messages.API_NEEDS_TOKENS, flush=True)
+        print(texts.API_NEEDS_TOKENS, flush=True)
     async with _engine(settings, config, client, me, serve_api=serve_api) as (channel, api):
         runtime = channel.runtime
 
@@ -284,7 +285,7 @@ async def _serving(
                 yield
             else:
                 async with listening(web_application(api), "0.0.0.0", settings.port):
-                    print(messages.api_beside_slack(settings.port), flush=True)
+                    print(texts.api_beside_slack(settings.port), flush=True)
                     yield
         finally:
             await handler.close_async()  # type: ignore[no-untyped-call]
@@ -297,5 +298,5 @@ async def _serving(
     async with listening(app, "0.0.0.0", settings.port):
         print(f"Serving Slack events on http://0.0.0.0:{settings.port}/slack/events", flush=True)
         if api is not None:
-            print(messages.api_beside_slack(settings.port), flush=True)
+            print(texts.api_beside_slack(settings.port), flush=True)
         yield
