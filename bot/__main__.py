@@ -7,8 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from agent import ConfigError, open_store
-from agent.stores import database_path
+from agent import ConfigError, database_path, open_store
 from bot import texts
 from bot.agent_factory import build_agent, check_model
 from bot.config_file import load_bot_config

@@ -12,6 +12,7 @@ import uuid
 
 from agent import (
     EXPIRED,
+    JsonValue,
     ModelReply,
     ModelRequest,
     TextBlock,
@@ -22,7 +23,6 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent._json import JsonValue
 from agent.testing import ScriptedModel, call, reply
 
 __all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]

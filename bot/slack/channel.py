@@ -24,17 +24,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import (
     AgentRuntime,
     ConflictError,
+    InputRequest,
     InvalidAnswerError,
+    JsonValue,
     ResumeAuthorizationError,
     ResumeConflictError,
+    SessionKey,
     SessionSuspendedError,
+    StoredAnswer,
+    Suspended,
+    TurnEvent,
+    TurnRecord,
     UnknownTurnError,
+    is_terminal,
 )
-from agent._json import JsonValue
-from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent
-from agent.core.hitl import REQUEST_ADAPTER, answer_step
-from agent.core.records import SessionKey
-from agent.core.turns import TURN_STATUSES_UNFINISHED, Suspended, TurnRecord
 from bot.slack.blocks import (
     Decision,
     approval_blocks,
@@ -243,23 +246,20 @@ class SlackChannel:
             state = _state(await self.runtime.store.load_delivery(key, turn_id))
             asked, shown = state.get("asked"), state.get("shown")
             if isinstance(asked, str) and isinstance(shown, str):
-                steps = await self.runtime.store.load_steps(key, turn_id)
-                await self._show_settled(
-                    thread.channel, shown, steps.get(answer_step(turn_id, asked))
-                )
+                session = self.runtime.session(self.agent, thread.session_id)
+                answer = await session.answer_of(turn_id, asked)
+                if answer is not None:
+                    await self._show_settled(thread.channel, shown, answer)
         finally:
             await self._reply(thread, turn_id)
 
-    async def _show_settled(self, channel: str, shown_ts: str, answer: JsonValue) -> None:
+    async def _show_settled(self, channel: str, shown_ts: str, answer: StoredAnswer) -> None:
         """Replace a request's buttons with how it was settled, as its stored answer says."""
-        if not isinstance(answer, dict):
-            return
-        prompt = REQUEST_ADAPTER.validate_python(answer["request"]).prompt
-        by = answer.get("by")
-        if answer.get("expired"):
+        prompt = answer.request.prompt
+        if answer.expired:
             await self._replace_buttons(channel, shown_ts, EXPIRED_REQUEST, expired_blocks(prompt))
-        elif isinstance(by, str):
-            await self._show_decided(channel, shown_ts, prompt, by, answer.get("value") is True)
+        elif answer.by is not None:
+            await self._show_decided(channel, shown_ts, prompt, answer.by, answer.value is True)
 
     async def _show_decided(
         self, channel: str, shown_ts: str, prompt: str, by: str, approved: bool
@@ -362,7 +362,7 @@ class SlackChannel:
         if adopt is not None:
             await reply.adopt(adopt)
         # its turn.started may have gone by before this watched: the first event will do
-        at_work = adopt is None and record is not None and record.status in TURN_STATUSES_UNFINISHED
+        at_work = adopt is None and record is not None and record.is_unfinished
         said: dict[int, str] = {}
         """What the turn's steps committed for this reply, by transcript index."""
         attempt, new_step, step_streamed = 1, False, False
@@ -398,7 +398,7 @@ class SlackChannel:
                     await reply.finish(whole=_in_order(said))
                     here = _Thread(thread.channel, reply.thread_ts, thread.session_id)
                     await self._ask(here, key, turn_id, event.request, place())
-                elif event.type in TERMINAL_EVENT_TYPES:
+                elif is_terminal(event):
                     await reply.finish(whole=_in_order(said), note=_closing_line(event))
                     # a proactive turn may be delivered again (its firing, twice): say it was
                     await self._keep(key, turn_id, {"done": True} if proactive else None)
@@ -414,7 +414,7 @@ class SlackChannel:
         place: dict[str, Any],
     ) -> None:
         """Show a request with its Approve / Deny buttons, and keep that it was shown."""
-        request = REQUEST_ADAPTER.validate_python(asked)
+        request = InputRequest.from_dict(asked)
         blocks = approval_blocks(thread.session_id, turn_id, request)
         summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
         posted = await self.client.chat_postMessage(

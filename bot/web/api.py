@@ -31,12 +31,14 @@ from agent import (
     Failed,
     InboundEvent,
     InvalidAnswerError,
+    JsonValue,
     LogEntry,
     LogGap,
     Message,
     PolicyAnswerer,
     ResumeAuthorizationError,
     RuntimeClosedError,
+    SessionKey,
     SessionSuspendedError,
     Suspended,
     ThinkingBlock,
@@ -50,11 +52,8 @@ from agent import (
     UnknownTurnError,
     UserMessage,
     grant_answer,
+    is_terminal,
 )
-from agent._json import JsonValue
-from agent.core.events import TERMINAL_EVENT_TYPES
-from agent.core.records import SessionKey
-from agent.core.turns import TURN_STATUSES_UNFINISHED
 from bot.web.auth import ApiAuth
 from bot.web.errors import ApiError, error_response
 from bot.web.sse import EventStream, parse_last_event_id
@@ -402,7 +401,7 @@ async def _send_turn(
             await stream.keep_alive()
         elif isinstance(item, LogEntry) and item.event.turn_id == turn_id:
             await stream.send(item)
-            if item.event.type in TERMINAL_EVENT_TYPES:
+            if is_terminal(item.event):
                 return
 
 
@@ -412,7 +411,7 @@ async def _record(session: AgentSession, turn_id: str) -> TurnRecord | None:
 
 async def _has_ended(session: AgentSession, turn_id: str) -> bool:
     record = await _record(session, turn_id)
-    return record is None or record.status not in TURN_STATUSES_UNFINISHED
+    return record is None or not record.is_unfinished
 
 
 async def _send_ending(stream: EventStream, session: AgentSession, turn_id: str) -> bool:

@@ -18,12 +18,12 @@ from agent import (
     Agent,
     AgentRuntime,
     EventLog,
+    SessionKey,
+    database_path,
     open_store,
     resolve_policy,
     warn_unmounted_surfaces,
 )
-from agent.core.records import SessionKey
-from agent.stores import database_path
 from bot import texts
 from bot.agent_factory import build_agent, check_model
 from bot.config_file import load_bot_config
