@@ -50,13 +50,7 @@ BOT_REACHES_PAST_AGENT: frozenset[tuple[str, str]] = frozenset()
 
 # Imports inside bot/ that still go sideways or up (the Slack side composing the
 # web side). It may only shrink.
-BOT_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("bot.slack.run", "bot.web.api"),
-        ("bot.slack.run", "bot.web.app"),
-        ("bot.slack.run", "bot.web.serve"),
-    }
-)
+BOT_CROSSINGS: frozenset[tuple[str, str]] = frozenset()
 
 # Each vendor SDK lives in one folder (or module) of the project.
 VENDOR_HOMES = {
@@ -69,8 +63,7 @@ VENDOR_HOMES = {
     "apscheduler": ("bot.schedules",),
     "aiohttp": ("bot.slack", "bot.web", "bot.serve"),
 }
-# The bot's command line lists the Slack tools without a workspace.
-VENDOR_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset({("bot.__main__", "slack_sdk")})
+VENDOR_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
 
 AGENT_RANK = {
     "agent._json": 0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import (
+    Agent,
     AgentError,
     AgentRuntime,
     AgentSession,
@@ -53,12 +55,15 @@ from agent import (
     UserMessage,
     grant_answer,
     is_terminal,
+    resolve_policy,
 )
+from bot.offline import DEMO_MODEL_NAME
+from bot.settings import Settings
 from bot.web.auth import ApiAuth
 from bot.web.errors import ApiError, error_response
 from bot.web.sse import EventStream, parse_last_event_id
 
-__all__ = ["SESSION_PREFIX", "SOURCE", "Api", "api_app", "is_api_session"]
+__all__ = ["SESSION_PREFIX", "SOURCE", "Api", "api_app", "api_for", "is_api_session"]
 
 logger = logging.getLogger("bot.web")
 
@@ -86,6 +91,40 @@ class Api:
     offline: bool
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set as the server shuts down: every event stream ends, so none outlives the stop."""
+
+
+def api_for(
+    settings: Settings,
+    runtime: AgentRuntime,
+    agent: Agent,
+    log: EventLog,
+    *,
+    unavailable: tuple[str, ...] = (),
+) -> Api:
+    """What the API serves for ``agent`` under these settings.
+
+    Args:
+        settings: The bot's settings.
+        runtime: Runs the API's turns.
+        agent: The agent that answers.
+        log: The event log the API's streams read.
+        unavailable: Tools of the agent that cannot work in an API turn (they need a
+            Slack thread): denied there, so the model is not offered them.
+    """
+    offline = settings.anthropic_api_key is None
+    policy = resolve_policy(agent, SOURCE)
+    policy = dataclasses.replace(
+        policy, deny_tools=tuple(dict.fromkeys(policy.deny_tools + unavailable))
+    )
+    return Api(
+        runtime=runtime,
+        agent=agent.name,
+        log=log,
+        auth=ApiAuth(settings.api_principals()),
+        policy=policy,
+        model=DEMO_MODEL_NAME if offline else settings.anthropic_model,
+        offline=offline,
+    )
 
 
 class _TurnBody(BaseModel):
