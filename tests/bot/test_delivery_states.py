@@ -8,7 +8,9 @@ values must not change from one version of the bot to the next.
 ``delivery_states.json`` holds the states each flow below stored when it ran on
 the code before the channel's state was typed (captured once; never regenerate
 it from newer code, or it stops proving anything). The tests run the same flows
-today and check that they store states of the same shapes.
+today and check that they store states of the same shapes, and that every
+state, captured then or stored now, reads back as `DeliveryState` and is
+written again unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from agent import JsonValue, SessionKey, Trigger, receive
+from bot.slack.channel.delivery import DeliveryState
 from tests.bot.slack_harness import Bot, approval_in
 
 CAPTURED = Path(__file__).with_name("delivery_states.json")
@@ -133,3 +136,37 @@ async def test_each_flow_keeps_the_states_it_kept_before(
     await FLOWS[flow](bot)
 
     assert sorted({shape(s) for s in states}) == sorted({shape(s) for s in captured()[flow]})
+
+
+PLANTED: list[JsonValue] = [
+    {"reply": "1700000000.000200"},
+    {"asked": "approve", "since": 2},
+    {"reply": "1700000000.000200", "more": ["1700000000.000300"], "since": 0},
+]
+"""States as the delivery tests plant them: what a process that died early had kept."""
+
+
+@pytest.mark.parametrize(
+    "state",
+    [s for flow in sorted(captured()) for s in captured()[flow]] + PLANTED,
+    ids=lambda state: ",".join(sorted(state)) if isinstance(state, dict) else repr(state),
+)
+def test_a_kept_state_reads_back_and_is_written_again_unchanged(state: JsonValue):
+    assert DeliveryState.from_json(state).to_json() == state
+
+
+@pytest.mark.parametrize("flow", sorted(FLOWS))
+async def test_what_each_flow_keeps_now_reads_back_unchanged(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch, flow: str
+):
+    states = recording(bot, monkeypatch)
+
+    await FLOWS[flow](bot)
+
+    assert states
+    assert [DeliveryState.from_json(s).to_json() for s in states] == states
+
+
+def test_nothing_kept_reads_as_the_empty_state():
+    assert DeliveryState.from_json(None) == DeliveryState()
+    assert DeliveryState().to_json() == {}
