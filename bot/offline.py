@@ -1,7 +1,7 @@
 """What runs with no credentials: a demonstration model and three small tools.
 
 It is the engine for real (SQLite store, checkpoints, recovery, an approval that
-parks the turn); only the model is scripted, and it says so in every reply, so a
+suspends the turn); only the model is scripted, and it says so in every reply, so a
 newcomer can try the whole flow before they have any keys.
 """
 

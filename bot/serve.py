@@ -30,8 +30,8 @@ from bot.policies import SOURCE, PolicyBook, check_channel_policies
 from bot.schedules import Firing, ScheduleRunner, firing_now
 from bot.settings import Settings
 from bot.terminal import chat
-from bot.web.api import SOURCE as API_SOURCE
-from bot.web.api import Api, api_for, is_api_session
+from bot.web.api.surface import SOURCE as API_SOURCE
+from bot.web.api.surface import Api, api_for, is_api_session
 from bot.web.app import listening, mount_web, web_application
 
 if TYPE_CHECKING:

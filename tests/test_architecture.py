@@ -39,7 +39,6 @@ OVERSIZE: frozenset[str] = frozenset(
         "agent.engine.turn",
         "agent.models.anthropic._model",
         "agent.stores._sqlite",
-        "bot.web.api",
     }
 )
 
