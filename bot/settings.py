@@ -145,7 +145,9 @@ class Settings(BaseSettings):
                     "digits or . _ @ -"
                 )
             if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-                raise ConfigError(  # naming no principal: a swapped pair would show the token
+                # The message names no principal: if token and principal were swapped in the
+                # JSON, naming the principal would print the token.
+                raise ConfigError(
                     f"API_TOKENS: token {number} must be at least "
                     f"{MIN_TOKEN_LENGTH} characters with no spaces (python -c 'import secrets; "
                     "print(secrets.token_urlsafe(32))' makes one)"

@@ -73,7 +73,8 @@ async def _open_to_all(
     if info.get("is_im") or info.get("is_mpim") or info.get("is_private"):
         raise ToolError(f"{channel} is private: only public channels can be read or posted to")
     if not info.get("is_member"):
-        # outside it, the bot can neither read it nor check that a post went out once
+        # A bot that is not a member can neither read the channel nor check that a
+        # post of its own went out only once.
         name = info.get("name") or channel
         raise ToolError(f"the bot is not in #{name}: ask someone to /invite it there first")
 

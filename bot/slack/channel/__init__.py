@@ -172,7 +172,7 @@ class SlackChannel:
         finally:
             admission.holders -= 1
             if not admission.holders:
-                del self._admissions[session_id]  # nobody else waits: it is not kept
+                del self._admissions[session_id]  # nobody waits for this thread: drop its lock
 
     def emit(self, event: TurnEvent) -> None:
         """See every turn start: one resumed with nobody watching (its request expired) is shown."""

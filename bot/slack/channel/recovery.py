@@ -63,7 +63,7 @@ class Recovery:
                 continue
             unclaimed = (session_id, turn_id) in proactive and (session_id, turn_id) not in kept
             if unclaimed and not await self._deliveries.claim(thread, turn_id):
-                continue  # a firing that whoever delivers it took up meanwhile
+                continue  # the process delivering this firing claimed it meanwhile
             # Claimed before the runtime starts the turn, so its events are ours to show.
             self._watching.claim(turn_id)
             self._watching.spawn(

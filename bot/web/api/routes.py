@@ -114,7 +114,8 @@ async def _list_sessions(api: Api, request: web.Request) -> web.Response:
 async def _describe_session(api: Api, request: web.Request) -> web.Response:
     api.auth.principal(request)
     session = _session(api, request)
-    await session.status()  # loaded: what follows reads memory, with no await between
+    # Loading the session first makes the reads below come from memory, all of one moment.
+    await session.status()
     position = await api.log.settled_position(session.key)
     suspended = await session.suspended()
     pending = None
@@ -186,7 +187,8 @@ async def _start_turn(api: Api, request: web.Request) -> web.StreamResponse:
     body = await read_body(request, TurnBody)
     session = _session(api, request)
     as_events = "text/event-stream" in request.headers.get("Accept", "")
-    # the position first: a turn unknown after it cannot have logged anything before it
+    # Read the log's position before looking the turn up: a turn that is unknown at
+    # that point cannot have logged anything before the position.
     after = await api.log.settled_position(session.key)
     known = None if body.turn_id is None else await record_of(session, body.turn_id)
     given = TurnInput(
