@@ -39,7 +39,7 @@ from agent import (
     Usage,
     tool,
 )
-from bot.config import Settings, load_settings
+from bot.settings import Settings, load_settings
 
 FIRST = "What is 1234 times 5678? Use the multiply tool, then tell me the number."
 SECOND = "Now add 1 to that number and tell me the result."

@@ -9,11 +9,11 @@ What it measures
     Slack retries an event that is not acknowledged within 3 seconds, so the
     ack must not wait for the turn. The app under test is the one the tests
     build (``tests/bot/test_slack_app.py``): the real aiohttp server
-    (`bot.slack.server.web_app`) with the real Bolt app behind it, whose
+    (`bot.slack.http.web_app`) with the real Bolt app behind it, whose
     listener hands the event to `bot.slack.channel.SlackChannel`; turns run in
     the real engine (`AgentRuntime` on `SQLiteStore`, a temporary file, WAL,
     ``synchronous=FULL``) with a scripted model that answers one short line;
-    replies go through the app's own Web API client (`bot.slack.serve.slack_client`)
+    replies go through the app's own Web API client (`bot.slack.run.slack_client`)
     to a local fake of Slack's Web API (`tests.fakes.slack_api.FakeSlack`),
     where they stream into each event's thread.
 
@@ -82,10 +82,11 @@ from slack_sdk.signature import SignatureVerifier
 
 from agent import Agent, AgentRuntime, ModelReply, ModelRequest, SQLiteStore, UserMessage
 from agent.testing import ScriptedModel, reply
-from bot.config import Settings
+from bot.settings import Settings
+from bot.slack.app import bolt_app
 from bot.slack.channel import SlackChannel
-from bot.slack.serve import slack_client
-from bot.slack.server import bolt_app, web_app
+from bot.slack.http import web_app
+from bot.slack.run import slack_client
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import FakeSlack
 

@@ -7,43 +7,18 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from agent import ConfigError, open_store
-from agent.stores import database_path
-from bot import messages
-from bot.agents import build_agent, check_model
-from bot.bot_config import load_bot_config
-from bot.config import Settings, load_settings
-from bot.offline import recall, remember
+from agent import ConfigError
+from bot import texts
+from bot.config_file import load_bot_config
 from bot.schedules import next_firing
-from bot.terminal import chat
-
-
-async def run_terminal(settings: Settings, given: list[str] | None) -> None:
-    """Chat in the terminal with the configured agent, on the configured database."""
-    # nobody can answer an approval in a terminal: the tool that asks for one is left out
-    agent = build_agent(settings, [remember, recall])
-    await check_model(agent)
-    where = database_path(settings.database_url) or "memory"
-    if settings.anthropic_api_key is not None:
-        print(messages.terminal_with_claude(settings.anthropic_model, where))
-    else:
-        print(messages.NEEDS_CREDENTIALS)
-        print(messages.offline_intro(where))
-    store = await open_store(settings.database_url)
-    try:
-        await chat(store, agent, given)
-    finally:
-        await store.close()
-        closing = getattr(agent.model, "aclose", None)
-        if closing is not None:
-            await closing()
+from bot.settings import Settings, load_settings
 
 
 def list_schedules(settings: Settings) -> int:
     """``python -m bot schedules``: each schedule, and when it fires next."""
     config = load_bot_config(settings.bot_config)
     if not config.schedules:
-        print("No schedules: BOT_CONFIG names none." if settings.bot_config else messages.NO_CONFIG)
+        print("No schedules: BOT_CONFIG names none." if settings.bot_config else texts.NO_CONFIG)
         return 0
     now = datetime.now(UTC)
     for schedule in config.schedules:
@@ -56,32 +31,10 @@ def list_schedules(settings: Settings) -> int:
     return 0
 
 
-async def describe_policies(settings: Settings) -> list[str]:
-    """The effective policy of Slack turns: the default, then each channel that has one.
-
-    Raises:
-        ConfigError: A policy names a tool the agent does not have.
-    """
-    from slack_sdk.web.async_client import AsyncWebClient  # only for the tools' list
-
-    from bot.policies import SOURCE, PolicyBook
-    from bot.slack.tools import slack_tools
-
-    config = load_bot_config(settings.bot_config)
-    agent = build_agent(settings, slack_tools(AsyncWebClient()), surfaces=config.surfaces)
-    store = await open_store(settings.database_url)
-    try:
-        book = PolicyBook(agent, config, store)
-        lines = [f"Policies of {SOURCE} turns (agent {agent.name}):"]
-        for view in await book.describe_all():
-            lines += ["", *messages.policy_lines(view, in_slack=False)]
-        return lines
-    finally:
-        await store.close()
-
-
 def list_policies(settings: Settings) -> int:
     """``python -m bot policies``: what turns in each configured channel run under."""
+    from bot.serve import describe_policies
+
     try:
         print("\n".join(asyncio.run(describe_policies(settings))))
     except ConfigError as exc:
@@ -93,9 +46,10 @@ def list_policies(settings: Settings) -> int:
 def fire_schedule(settings: Settings, name: str) -> int:
     """``python -m bot run-schedule NAME``: fire it now, post its reply, say how it went."""
     if not settings.has_slack:
-        print(f"Cannot run {name}: {messages.SCHEDULES_NEED_SLACK}", file=sys.stderr)
+        print(f"Cannot run {name}: {texts.SCHEDULES_NEED_SLACK}", file=sys.stderr)
         return 2
-    from bot.slack.serve import ScheduleFailed, run_schedule
+    from bot.serve import run_schedule
+    from bot.slack.firing import ScheduleFailed
 
     # the engine's notes show (what it waits for: another process in the schedule's session)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -138,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return fire_schedule(settings, args[1])
     if args[:1] == ["chat"]:
+        from bot.serve import run_terminal
+
         try:
             asyncio.run(run_terminal(settings, args[1:] or None))
         except ConfigError as exc:
@@ -149,14 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        if settings.has_slack:
-            from bot.slack.serve import serve_slack  # Bolt: only when serving Slack
+        from bot.serve import serve_local, serve_slack
 
-            asyncio.run(serve_slack(settings))
-        else:
-            from bot.web.serve import serve_local
-
-            asyncio.run(serve_local(settings))
+        asyncio.run(serve_slack(settings) if settings.has_slack else serve_local(settings))
     except ConfigError as exc:
         print(f"Cannot start: {exc}", file=sys.stderr)
         return 2

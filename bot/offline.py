@@ -1,7 +1,7 @@
 """What runs with no credentials: a demonstration model and three small tools.
 
 It is the engine for real (SQLite store, checkpoints, recovery, an approval that
-parks the turn); only the model is scripted, and it says so in every reply, so a
+suspends the turn); only the model is scripted, and it says so in every reply, so a
 newcomer can try the whole flow before they have any keys.
 """
 
@@ -12,6 +12,7 @@ import uuid
 
 from agent import (
     EXPIRED,
+    JsonValue,
     ModelReply,
     ModelRequest,
     TextBlock,
@@ -22,7 +23,6 @@ from agent import (
     UserMessage,
     tool,
 )
-from agent._json import JsonValue
 from agent.testing import ScriptedModel, call, reply
 
 __all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent import Agent, ConfigError, SessionStore, SurfacePolicy, TurnPolicy, resolve_policy
-from bot.bot_config import BotConfig
+from bot.config_file import BotConfig
 
 __all__ = ["SOURCE", "ChannelPolicy", "PolicyBook", "PolicyChange", "check_channel_policies"]
 
@@ -175,7 +175,7 @@ class PolicyBook:
 
     async def describe_all(self) -> list[ChannelPolicy]:
         """The source's default, then every channel the file or an admin gave a policy."""
-        stored = await self._stored()  # one read for them all
+        stored = await self._stored()  # read once for every channel, not once per channel
         channels = sorted(set(self._config.channels) | set(stored))
         return [self._described(c, stored) for c in [None, *channels]]
 

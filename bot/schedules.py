@@ -298,7 +298,7 @@ def _latest_before(
             latest = found
             found = _utc(trigger.get_next_fire_time(None, found + timedelta(seconds=1)))
             if found is not None and found <= latest:
-                break  # never walk backwards or in place
+                break  # a trigger that answers no later time would make this loop forever
         if latest is not None or (earliest is not None and start == earliest):
             return latest
     return None

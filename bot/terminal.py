@@ -6,7 +6,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 
-from agent import Agent, AgentRuntime, ConflictError, SessionStore, TurnError, TurnEvent
+from agent import AgentRuntime, ConflictError, TurnError, TurnEvent
 
 __all__ = ["DEMO_LINE", "SESSION", "chat"]
 
@@ -43,18 +43,22 @@ class _Printer:
         sys.stdout.flush()
 
 
-async def chat(store: SessionStore, agent: Agent, given: list[str] | None) -> None:
-    """Run the lines given (or typed) as turns of one terminal session."""
-    async with AgentRuntime(store, agent) as runtime:
-        session = runtime.session(agent.name, SESSION)
-        await session.observe(_Printer())
-        async for text in _lines(given):
-            try:
-                await session.turn(text)
-            except TurnError:
-                pass  # the printer showed it as it happened
-            except ConflictError as exc:  # a request parked by another surface, say
-                sys.stdout.write(f"[not started: {exc}]\n")
+async def chat(runtime: AgentRuntime, agent: str, given: list[str] | None) -> None:
+    """Start ``runtime`` and run the lines given (or typed) as turns of one terminal session.
+
+    The caller closes the runtime; the turns it resumed at the start, and any
+    still running, stay on disk for the next start.
+    """
+    await runtime.start()
+    session = runtime.session(agent, SESSION)
+    await session.observe(_Printer())
+    async for text in _lines(given):
+        try:
+            await session.turn(text)
+        except TurnError:
+            pass  # the printer showed it as it happened
+        except ConflictError as exc:  # the session waits on a request another surface shows
+            sys.stdout.write(f"[not started: {exc}]\n")
 
 
 async def _lines(given: list[str] | None) -> AsyncIterator[str]:

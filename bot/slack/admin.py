@@ -15,14 +15,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError
-from bot.messages import (
+from bot.policies import PolicyBook, PolicyChange
+from bot.schedules import CHANNEL_ID
+from bot.texts import (
     NOT_A_CHANNEL,
     ONLY_ADMINS_CHANGE_POLICIES,
     POLICY_HELP,
     policy_lines,
 )
-from bot.policies import PolicyBook, PolicyChange
-from bot.schedules import CHANNEL_ID
 
 __all__ = ["home_view", "is_policy_admin", "run_policy_command"]
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from agent import AgentRuntime, Trigger, receive
+from slack_sdk.errors import SlackApiError
+
+from agent import AgentRuntime, Cancelled, Completed, Failed, Suspended, Trigger, receive
 from bot.schedules import Firing
 from bot.slack.channel import SlackChannel
 
-__all__ = ["fire", "has_fired"]
+__all__ = ["ScheduleFailed", "fire", "fire_by_hand", "has_fired"]
+
+
+class ScheduleFailed(Exception):
+    """A schedule fired by hand did not deliver its reply; the message says why."""
 
 
 async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: Firing) -> str:
@@ -30,3 +36,31 @@ async def has_fired(
     """Whether ``firing``'s turn exists already (here, before a restart, or in another process)."""
     session = runtime.session(channel.agent, firing.schedule.session(team))
     return any(t.turn_id == firing.turn_id for t in await session.turns())
+
+
+async def fire_by_hand(
+    channel: SlackChannel, runtime: AgentRuntime, team: str, firing: Firing
+) -> str:
+    """Fire ``firing`` now and post its reply, as its cron would; what it came to, in a line.
+
+    Raises:
+        ScheduleFailed: Slack refused the reply, or the turn failed or was cancelled.
+    """
+    schedule = firing.schedule
+    try:
+        turn_id = await fire(channel, runtime, team, firing)
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        raise ScheduleFailed(f"Slack refused the reply: {error}") from None
+    session = runtime.session(channel.agent, schedule.session(team))
+    [record] = [t for t in await session.turns() if t.turn_id == turn_id]
+    result, where = record.result, schedule.channel
+    if isinstance(result, Completed):
+        return f"Schedule {schedule.name}: its reply is in {where} (turn {turn_id})."
+    if isinstance(result, Suspended):
+        return f"Schedule {schedule.name}: waiting in {where} for an approval (turn {turn_id})."
+    if isinstance(result, Failed):
+        raise ScheduleFailed(f"the turn failed: {result.error}")
+    if isinstance(result, Cancelled):
+        raise ScheduleFailed(f"the turn was cancelled ({result.reason})")
+    raise ScheduleFailed(f"the turn is still {record.status}")

@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
 from bot.slack.names import SlackNames
 
-__all__ = ["slack_tools"]
+__all__ = ["THREAD_TOOLS", "listed_slack_tools", "slack_tools"]
 
 PAGE = 50
 THREAD_PAGE = 200
@@ -73,9 +73,15 @@ async def _open_to_all(
     if info.get("is_im") or info.get("is_mpim") or info.get("is_private"):
         raise ToolError(f"{channel} is private: only public channels can be read or posted to")
     if not info.get("is_member"):
-        # outside it, the bot can neither read it nor check that a post went out once
+        # A bot that is not a member can neither read the channel nor check that a
+        # post of its own went out only once.
         name = info.get("name") or channel
         raise ToolError(f"the bot is not in #{name}: ask someone to /invite it there first")
+
+
+def listed_slack_tools() -> Sequence[Tool]:
+    """The Slack tools with a client that has no token: to list and check them, never to run."""
+    return slack_tools(AsyncWebClient())
 
 
 def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:

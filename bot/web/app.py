@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from agent import ConfigError
-from bot.web.api import Api, api_app
+from bot.web.api.routes import api_app
+from bot.web.api.surface import Api
 from bot.web.console import console_route
 
 __all__ = ["listening", "mount_web", "web_application"]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from bot.web.errors import ApiError
+from bot.web.api.errors import ApiError
 
 __all__ = ["LOCAL_PRINCIPAL", "ApiAuth"]
 

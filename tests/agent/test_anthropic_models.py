@@ -378,7 +378,7 @@ def test_a_blank_model_is_refused_by_the_engine_and_means_the_default_to_the_bot
     with pytest.raises(ConfigError, match="padded with spaces"):
         AnthropicSettings(api_key="k", model=" claude-sonnet-5-5").check()
 
-    from bot.config import Settings
+    from bot.settings import Settings
 
     settings = Settings(anthropic_model="  ", _env_file=None)  # ANTHROPIC_MODEL= in a .env
     assert settings.anthropic_model == "claude-sonnet-5-5"

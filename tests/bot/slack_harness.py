@@ -39,10 +39,11 @@ from agent import (
 )
 from agent.core.model import ModelStreamEvent
 from agent.testing import ScriptedModel, call, reply
-from bot.config import Settings
+from bot.settings import Settings
+from bot.slack.app import bolt_app
 from bot.slack.channel import SlackChannel
-from bot.slack.serve import slack_client
-from bot.slack.server import bolt_app, web_app
+from bot.slack.http import web_app
+from bot.slack.run import slack_client
 from bot.slack.tools import slack_tools
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import FakeSlack, Message

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent import ConfigError
-from bot.config import SLACK_API_URL, load_settings
+from bot.settings import SLACK_API_URL, load_settings
 from tests.bot.test_cli import run_bot
 
 BOT_TOKEN = "xoxb-1-secret-bot-token"

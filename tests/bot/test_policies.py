@@ -8,10 +8,10 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ConfigError, MemoryStore, SessionStore, SQLiteStore, SurfacePolicy
-from bot.agents import build_agent
-from bot.bot_config import BotConfig
-from bot.config import Settings
+from bot.agent_factory import build_agent
+from bot.config_file import BotConfig
 from bot.policies import PolicyBook, PolicyChange
+from bot.settings import Settings
 from bot.slack.tools import slack_tools
 
 SUPPORT = "C0SUPPORT"

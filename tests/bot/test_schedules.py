@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agent import ConfigError
-from bot.bot_config import load_bot_config
+from bot.config_file import load_bot_config
 from bot.schedules import Schedule, due_firing, firing_now, next_firing
 
 DAILY = """

@@ -16,9 +16,9 @@ from urllib.parse import urlencode
 import pytest
 
 from agent import SessionKey
-from bot.messages import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
+from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
 from tests.bot.slack_harness import (
     BOTH_NOTES,
     CHECKING_NOTE,

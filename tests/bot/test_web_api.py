@@ -492,7 +492,7 @@ async def test_a_stream_still_open_when_the_server_stops_ends_with_it(tmp_path, 
 
 
 async def test_a_stream_whose_handler_is_cancelled_lets_its_follower_go():
-    from bot.web.api import _following
+    from bot.web.api.streams import following
 
     closed = asyncio.Event()
 
@@ -508,7 +508,7 @@ async def test_a_stream_whose_handler_is_cancelled_lets_its_follower_go():
     api = type("Api", (), {"log": QuietLog(), "stopping": asyncio.Event()})()
 
     async def consume():
-        async for _ in _following(api, KEY, 0):
+        async for _ in following(api, KEY, 0):
             pass
 
     handler = asyncio.create_task(consume())

@@ -25,7 +25,7 @@ from agent import (
 )
 from agent.core.hitl import AuthorizeAnswer
 from bot.offline import DEMO_MODEL_NAME, LOCAL_TOOLS, offline_model
-from bot.web.api import SOURCE, Api
+from bot.web.api.surface import SOURCE, Api
 from bot.web.app import web_application
 from bot.web.auth import ApiAuth
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agent import Agent, Model, SurfacePolicy, Tool
-from bot.config import Settings
 from bot.offline import LOCAL_TOOLS, offline_model
+from bot.settings import Settings
 
-__all__ = ["AGENT_NAME", "INSTRUCTIONS_FOLDER", "build_agent", "check_model"]
+__all__ = ["AGENT_NAME", "INSTRUCTIONS_FOLDER", "build_agent"]
 
 AGENT_NAME = "bot"
 
@@ -48,25 +48,3 @@ def build_agent(
         tools=list(tools) if tools is not None else LOCAL_TOOLS,
         surfaces=dict(surfaces or {}),
     )
-
-
-async def check_model(agent: Agent) -> None:
-    """Ask the provider whether the agent's model can be used, before serving anything.
-
-    The offline model has nothing to ask. On a refusal the model's connections
-    are closed before the error goes up.
-
-    Raises:
-        ConfigError: A model id the key cannot use, a key the API refuses, or a
-            model whose capabilities refuse the request the bot would send.
-    """
-    check = getattr(agent.model, "check_access", None)
-    if check is None:
-        return
-    try:
-        await check()
-    except BaseException:
-        closing = getattr(agent.model, "aclose", None)
-        if closing is not None:
-            await closing()
-        raise

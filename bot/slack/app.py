@@ -1,8 +1,8 @@
-"""The HTTP face of the Slack app: ``POST /slack/events`` and ``GET /healthz``.
+"""The Bolt app: which listener answers each event, click and command Slack sends.
 
-The signature is checked here before the body is parsed, so a forged request is
-refused whatever its body, and a signed body that is not what Slack sends gets a
-400 (Bolt itself would answer 500 and log a traceback).
+Every listener returns at once. Slack retries an event it does not see
+acknowledged within 3 seconds, so the work (a turn, a decision, a policy
+command's answer) runs in a task the Slack channel keeps and drains at shutdown.
 """
 
 from __future__ import annotations
@@ -11,21 +11,17 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
-from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.messages import NO_POLICIES
 from bot.policies import PolicyBook
 from bot.slack.admin import home_view, run_policy_command
 from bot.slack.blocks import APPROVE, DENY
 from bot.slack.channel import SlackChannel
-from bot.slack.envelope import MalformedBody, check_body
+from bot.texts import NO_POLICIES
 
-__all__ = ["POLICY_COMMAND", "bolt_app", "web_app"]
+__all__ = ["POLICY_COMMAND", "bolt_app"]
 
 POLICY_COMMAND = "/agent-policy"
 
@@ -39,16 +35,18 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     async def on_message_event(body: dict[str, Any]) -> None:
         channel.on_event(body)  # returns at once: the turn runs in a task of the channel's
 
-    async def on_decision(ack: Any, body: dict[str, Any]) -> None:
+    async def on_decision(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()  # at once: the decision is settled in a task of the channel's
         channel.on_decision(body)
 
-    async def on_policy_command(ack: Any, respond: Any, body: dict[str, Any]) -> None:
+    async def on_policy_command(ack: AsyncAck, respond: AsyncRespond, body: dict[str, Any]) -> None:
         book = channel.policies
         if book is None:
             await ack(text=NO_POLICIES)
             return
-        await ack()  # at once: the answer (users.info, the database) comes by response_url
+        # Acknowledge at once: the answer needs users.info and the database, so it
+        # comes later, by the command's response_url.
+        await ack()
         answering = run_policy_command(
             client,
             book,
@@ -73,10 +71,10 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     return bolt
 
 
-async def _respond(respond: Any, answering: Awaitable[str]) -> None:
+async def _respond(respond: AsyncRespond, answering: Awaitable[str]) -> None:
     try:
         await respond(text=await answering, response_type="ephemeral")
-    except Exception:  # the command's answer only: the bot goes on
+    except Exception:  # only the command's answer is lost: the bot goes on
         logger.exception("could not answer /agent-policy")
 
 
@@ -85,30 +83,3 @@ async def _publish_home(client: AsyncWebClient, book: PolicyBook, user: str) -> 
         await client.views_publish(user_id=user, view=await home_view(client, book, user))
     except SlackApiError as exc:
         logger.warning("the Home tab of %s was not published: %s", user, exc.response.get("error"))
-
-
-def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
-    """An aiohttp application serving ``bolt`` on ``/slack/events``, and ``/healthz``."""
-    verifier = SignatureVerifier(signing_secret)
-
-    async def slack_events(request: web.Request) -> web.Response:
-        body = await request.text()
-        if not verifier.is_valid_request(body, dict(request.headers)):
-            return web.json_response({"error": "invalid signature"}, status=401)
-        try:
-            check_body(body, request.content_type)
-        except MalformedBody as exc:
-            logger.warning("a signed request with a body Slack does not send was refused: %s", exc)
-            return web.json_response({"error": f"malformed body: {exc}"}, status=400)
-        bolt_request = AsyncBoltRequest(
-            body=body, query=request.query_string, headers=dict(request.headers)
-        )
-        return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
-
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/slack/events", slack_events)
-    app.router.add_get("/healthz", healthz)
-    return app

@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort
-from agent.stores import database_path
+from agent import DEFAULT_MODEL, AnthropicSettings, ConfigError, Effort, database_path
 
 __all__ = ["Settings", "load_settings"]
 
@@ -146,7 +145,9 @@ class Settings(BaseSettings):
                     "digits or . _ @ -"
                 )
             if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
-                raise ConfigError(  # naming no principal: a swapped pair would show the token
+                # The message names no principal: if token and principal were swapped in the
+                # JSON, naming the principal would print the token.
+                raise ConfigError(
                     f"API_TOKENS: token {number} must be at least "
                     f"{MIN_TOKEN_LENGTH} characters with no spaces (python -c 'import secrets; "
                     "print(secrets.token_urlsafe(32))' makes one)"
@@ -204,7 +205,7 @@ class Settings(BaseSettings):
 
 
 def _config_file_problems(path: Path) -> list[str]:
-    from bot.bot_config import load_bot_config  # pydantic models of the file: only when named
+    from bot.config_file import load_bot_config  # pydantic models of the file: only when named
 
     try:
         load_bot_config(path)

@@ -1,0 +1,243 @@
+"""The Slack channel: a signed event becomes an attested turn; its reply lands in the thread.
+
+Bolt acknowledges an event before its listener runs and keeps no reference to
+the listener's task, so the listener only hands the event over: admitting the
+turn and showing its reply run in tasks this channel keeps, waits for at
+shutdown, and logs when they fail. The turn itself runs in the engine's
+session worker; a crash leaves it on disk for the next start.
+
+The channel's parts, each in a module of its own: `delivery` (what a thread
+shows of a turn, kept in the store), `render` (showing a turn, one handler per
+event), `watching` (the tasks, and the claims on showing each turn),
+`decisions` (Approve / Deny) and `recovery` (replies owed at start-up, and
+turns nobody typed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import AgentRuntime, JsonValue, SessionKey, SessionSuspendedError, TurnEvent, TurnRecord
+from bot.slack.channel.decisions import Decisions
+from bot.slack.channel.delivery import Deliveries, Thread
+from bot.slack.channel.recovery import Recovery, check_target
+from bot.slack.channel.render import ReplyRenderer
+from bot.slack.channel.watching import Watching
+from bot.slack.inbound import Ignored, Inbound, read_event
+from bot.texts import WAITING_FOR_APPROVAL
+
+if TYPE_CHECKING:
+    from agent import TurnPolicy
+    from bot.policies import PolicyBook
+
+__all__ = ["SlackChannel"]
+
+logger = logging.getLogger("bot.slack")
+
+
+class SlackChannel:
+    """Turns of one agent, fed by Slack events and answered in their threads.
+
+    Args:
+        runtime: Runs the turns.
+        agent: The agent that answers.
+        client: Slack's Web API, with the bot token.
+        bot_user_id: The bot's own user id (``auth.test``).
+        replace_in_flight: A newer message in a thread supersedes the thread's
+            unfinished turn (never one waiting for an approval).
+        flush_every: Seconds between appends to a streamed reply.
+        policies: The policies turns start under, by channel.
+    """
+
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        agent: str,
+        client: AsyncWebClient,
+        *,
+        bot_user_id: str,
+        replace_in_flight: bool = True,
+        flush_every: float = 1.0,
+        policies: PolicyBook | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.policies = policies
+        """The policies turns start under, by channel; None runs every turn on the base."""
+        self.agent = agent
+        self.client = client
+        self.bot_user_id = bot_user_id
+        self.replace_in_flight = replace_in_flight
+        deliveries = Deliveries(runtime, agent)
+        self._renderer = ReplyRenderer(runtime, agent, client, deliveries, flush_every=flush_every)
+        self._watching = Watching(self._renderer)
+        self._decisions = Decisions(runtime, agent, self._renderer, deliveries, self._watching)
+        self._recovery = Recovery(runtime, agent, self._renderer, deliveries, self._watching)
+        self._admitting_now: set[str] = set()
+        """Turns this process is admitting: the same message delivered again waits for none."""
+        self._admissions: dict[str, _ThreadAdmission] = {}
+        """One admission at a time per thread, so that which turn supersedes which is read
+        and acted on together."""
+        self._unsubscribe = runtime.add_sink(self)
+
+    def close(self) -> None:
+        """Stop watching the runtime's turns (those already shown run on until drained)."""
+        self._unsubscribe()
+
+    @property
+    def in_flight(self) -> int:
+        """How many of this channel's tasks (turns being admitted or shown) are still running."""
+        return self._watching.in_flight
+
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run ``work`` in a task this channel keeps, and log it if it fails."""
+        self._watching.spawn(work, name=name)
+
+    async def drain(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for the tasks in flight, then cancel the rest.
+
+        Tasks started meanwhile (a turn resumed while draining) are waited for too.
+        """
+        await self._watching.drain(grace)
+
+    async def policy_for(self, channel: str) -> TurnPolicy | None:
+        """The policy a turn in ``channel`` starts under now (None: no policies are kept)."""
+        return await self.policies.for_channel(channel) if self.policies else None
+
+    # -- intake ----------------------------------------------------------------------
+
+    def on_event(self, body: dict[str, Any]) -> None:
+        """Take a verified Events API envelope; the turn, if any, starts in a task of ours."""
+        found = read_event(body, bot_user_id=self.bot_user_id)
+        if isinstance(found, Ignored):
+            logger.debug("event %s ignored: %s", body.get("event_id"), found.reason)
+            return
+        self.spawn(self._admit(found), name=f"admit {found.turn_id}")
+
+    async def _admit(self, inbound: Inbound) -> None:
+        turn_id = inbound.turn_id
+        if turn_id in self._admitting_now:
+            return  # the same message again (a retry, or its other event type)
+        self._admitting_now.add(turn_id)
+        try:
+            key = SessionKey(self.agent, inbound.session_id)
+            if inbound.needs_thread and not await self.runtime.store.has_session(key):
+                return  # a thread the bot takes no part in: asked of the store, nothing loaded
+            thread = Thread(inbound.channel, inbound.thread_ts, inbound.session_id)
+            async with self._admission(inbound.session_id):
+                admitted = await self._start(inbound, thread)
+            if admitted:
+                await self._watching.reply(thread, turn_id, since=0)
+        finally:
+            self._admitting_now.discard(turn_id)
+
+    async def _start(self, inbound: Inbound, thread: Thread) -> bool:
+        """Admit the turn, superseding what it should; False if it is not to be shown here."""
+        session = self.runtime.session(self.agent, inbound.session_id)
+        turns = await session.turns()
+        if any(t.turn_id == inbound.turn_id for t in turns):
+            return False  # admitted before: its reply is on its way, or landed
+        # a late retry of an older message must not supersede a newer one
+        replace = self.replace_in_flight and not any(
+            t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
+            for t in turns
+        )
+        # the channel is the signed event's: no message can choose its own policy
+        opening = dataclasses.replace(inbound.input, policy=await self.policy_for(inbound.channel))
+        try:
+            await session.start(opening, turn_id=inbound.turn_id, replace=replace)
+        except SessionSuspendedError:
+            speaker = inbound.input.user or ""
+            await self._renderer.tell(speaker, thread, WAITING_FOR_APPROVAL)
+            return False
+        # Claimed before the engine can emit the turn's first event, so that the reply
+        # this admission shows is the only one.
+        self._watching.claim(inbound.turn_id)
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _admission(self, session_id: str) -> AsyncIterator[None]:
+        admission = self._admissions.setdefault(session_id, _ThreadAdmission())
+        admission.holders += 1
+        try:
+            async with admission.lock:
+                yield
+        finally:
+            admission.holders -= 1
+            if not admission.holders:
+                del self._admissions[session_id]  # nobody waits for this thread: drop its lock
+
+    def emit(self, event: TurnEvent) -> None:
+        """See every turn start: one resumed with nobody watching (its request expired) is shown."""
+        if event.type != "turn.started" or event.trigger != "resume" or event.agent != self.agent:
+            return
+        if event.session.startswith("slack:") and not self._watching.is_claimed(event.turn_id):
+            self._watching.claim(event.turn_id)
+            self.spawn(
+                self._decisions.settled_elsewhere(event.session, event.turn_id),
+                name=f"reply {event.turn_id}",
+            )
+
+    # -- clicks, start-up and turns nobody typed ----------------------------------------
+
+    def on_decision(self, body: dict[str, Any]) -> None:
+        """Take a verified click on Approve or Deny; it is settled in a task of ours."""
+        self._decisions.on_decision(body)
+
+    async def resume_replies(self) -> int:
+        """Finish showing what a stopped process left unfinished or unshown (at start-up).
+
+        Call it before the runtime's start (see `Recovery.resume_replies`).
+
+        Returns:
+            How many replies it took up.
+        """
+        return await self._recovery.resume_replies()
+
+    async def deliver(self, session_id: str, turn_id: str, target: JsonValue) -> None:
+        """Show a turn nobody typed as a new conversation in ``target``'s channel.
+
+        ``target`` is ``{"channel": "C…"}``. The reply opens a message at the top of
+        the channel; what follows it (a request, the rest of the reply) goes in
+        its thread. Delivering a turn that was, or is being, delivered does
+        nothing, so a schedule's firing delivered twice posts once.
+
+        Raises:
+            ValueError: ``target`` names no channel.
+            SlackApiError: Slack refused what the turn had to show. It is not tried
+                again at the next start (that could post it days late): the caller
+                hears why now.
+        """
+        await self._recovery.deliver(session_id, turn_id, target)
+
+    def check_target(self, target: JsonValue) -> str:
+        """The channel id ``target`` names (``{"channel": "C…"}``), checked before a turn starts.
+
+        Raises:
+            ValueError: ``target`` names no channel.
+        """
+        return check_target(target)
+
+
+@dataclass(slots=True)
+class _ThreadAdmission:
+    """A thread's admission lock, and how many admissions hold it or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holders: int = 0
+
+
+def _said_at(record: TurnRecord) -> float:
+    """When the message that opened a turn was sent (its Slack ts), 0 if not from Slack."""
+    event = record.input.event
+    try:
+        return float(event.data.get("ts", 0)) if event is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0

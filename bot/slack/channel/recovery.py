@@ -1,0 +1,132 @@
+"""Replies a stopped process still owed, and turns nobody typed, shown once each.
+
+At start-up the store says what is owed: a delivery state is kept while a turn
+is being shown and forgotten at the end of its reply, so each state left is a
+reply to finish. A turn still to run, or waiting on a request nobody was shown,
+is owed too. A turn nobody typed (a schedule's firing) is shown by whoever
+claims it first in the store, so two processes delivering it post it once.
+"""
+
+from __future__ import annotations
+
+from slack_sdk.errors import SlackApiError
+
+from agent import AgentRuntime, JsonValue, Suspended
+from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread
+from bot.slack.channel.render import ReplyRenderer, slack_error
+from bot.slack.channel.watching import Watching
+
+__all__ = ["Recovery", "check_target"]
+
+Owed = tuple[str, str]
+"""A turn owed a reply: its session id and turn id."""
+
+
+class Recovery:
+    """Takes up the replies of one agent's turns that no process is showing."""
+
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        agent: str,
+        renderer: ReplyRenderer,
+        deliveries: Deliveries,
+        watching: Watching,
+    ) -> None:
+        self._runtime = runtime
+        self._agent = agent
+        self._renderer = renderer
+        self._deliveries = deliveries
+        self._watching = watching
+
+    async def resume_replies(self) -> int:
+        """Finish showing what a stopped process left unfinished or unshown (at start-up).
+
+        Call it before the runtime's start: a resumed turn may end at once, and
+        its reply must still reach the thread its speaker waits in (the reply's
+        stream replays a turn that already ended). Covered: a turn still to run
+        (its half-written reply is taken up), a turn that was suspended before
+        its request was shown (it is shown now), and a turn that ended before
+        its reply was finished.
+
+        Returns:
+            How many replies it took up.
+        """
+        kept = await self._deliveries.every_kept()
+        owed, proactive = await self._owed(kept)
+        count = 0
+        for session_id, turn_id in sorted(owed):
+            if kept.get((session_id, turn_id), DeliveryState()).done:
+                continue  # a turn nobody typed, shown to its end
+            thread = await self._deliveries.thread_for(session_id, turn_id)
+            if thread is None:
+                continue
+            unclaimed = (session_id, turn_id) in proactive and (session_id, turn_id) not in kept
+            if unclaimed and not await self._deliveries.claim(thread, turn_id):
+                continue  # the process delivering this firing claimed it meanwhile
+            # Claimed before the runtime starts the turn, so its events are ours to show.
+            self._watching.claim(turn_id)
+            self._watching.spawn(
+                self._watching.reply(thread, turn_id, taking_up=True), name=f"reply {turn_id}"
+            )
+            count += 1
+        return count
+
+    async def _owed(self, kept: dict[Owed, DeliveryState]) -> tuple[set[Owed], set[Owed]]:
+        """The turns owed a reply, and which of them nobody typed."""
+        # A kept state means its thread is not done with the turn (it is forgotten at its end).
+        owed = set(kept)
+        proactive: set[Owed] = set()
+        store = self._runtime.store
+        for key, record in await store.unfinished_turns():
+            if key.agent == self._agent:
+                owed.add((key.session_id, record.turn_id))
+                if record.input.trigger == "proactive":
+                    proactive.add((key.session_id, record.turn_id))
+        for key, record in await store.suspended_turns():
+            at = (key.session_id, record.turn_id)
+            if record.input.trigger == "proactive":
+                proactive.add(at)
+            suspended = record.result
+            request = suspended.request.id if isinstance(suspended, Suspended) else None
+            if key.agent != self._agent:
+                continue
+            if kept.get(at, DeliveryState()).asked == request:
+                owed.discard(at)  # its request is showing: the click does the rest
+            else:
+                owed.add(at)
+        return owed, proactive
+
+    async def deliver(self, session_id: str, turn_id: str, target: JsonValue) -> None:
+        """Show a turn nobody typed as a new conversation in ``target``'s channel.
+
+        See `bot.slack.channel.SlackChannel.deliver`.
+
+        Raises:
+            ValueError: ``target`` names no channel.
+            SlackApiError: Slack refused what the turn had to show.
+        """
+        thread = Thread(check_target(target), None, session_id)
+        if not await self._deliveries.claim(thread, turn_id):
+            return  # shown already, or being shown (by another process, or a restart)
+        self._watching.claim(turn_id)
+        try:
+            await self._renderer.show(thread, turn_id, since=0, taking_up=False)
+        except SlackApiError as exc:
+            refused = DeliveryState(done=True, refused=str(slack_error(exc)))
+            await self._deliveries.keep(session_id, turn_id, refused)
+            raise
+        finally:
+            self._watching.release(turn_id)
+
+
+def check_target(target: JsonValue) -> str:
+    """The channel id ``target`` names (``{"channel": "C…"}``), checked before a turn starts.
+
+    Raises:
+        ValueError: ``target`` names no channel.
+    """
+    channel = target.get("channel") if isinstance(target, dict) else None
+    if not isinstance(channel, str) or not channel:
+        raise ValueError(f"a Slack target names a channel, as {{'channel': 'C…'}}: {target!r}")
+    return channel

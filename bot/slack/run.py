@@ -1,0 +1,172 @@
+"""The Slack side of a running bot: the Web API client, who the bot is, Socket Mode, shutdown.
+
+HTTP mode (a signing secret) serves ``POST /slack/events`` (see `bot.slack.http`);
+Socket Mode (an app token) connects out instead (`socket_mode`). On SIGTERM or
+SIGINT the bot stops taking events, gives replies in flight a few seconds
+(`showing`), and closes the runtime: turns not yet finished stay on disk and
+resume, replies included, at the next start. `bot.serve` puts these together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent import AgentRuntime, ConfigError
+from bot.policies import PolicyBook
+from bot.settings import Settings
+from bot.slack.channel import SlackChannel
+
+__all__ = [
+    "SHUTDOWN_GRACE_SECONDS",
+    "Identity",
+    "SlackConnection",
+    "connected",
+    "showing",
+    "slack_channel",
+    "slack_client",
+    "socket_mode",
+    "who_am_i",
+]
+
+SHUTDOWN_GRACE_SECONDS = 5.0
+"""How long replies in flight get after SIGTERM; the whole stop stays under 10 s."""
+
+
+def slack_client(
+    settings: Settings, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """Slack's Web API with the bot token; a 429 waits as long as Slack says, then retries.
+
+    Args:
+        settings: The bot token and the Web API's URL.
+        session: Shared by every call, so connections are reused; without one,
+            slack_sdk opens (and closes) a connection per call.
+    """
+    assert settings.slack_bot_token is not None
+    return AsyncWebClient(
+        token=settings.slack_bot_token.get_secret_value(),
+        base_url=settings.slack_api_url,
+        session=session,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The bot's own user, and the workspace it is installed in."""
+
+    user_id: str
+    team_id: str
+
+
+async def who_am_i(client: AsyncWebClient, settings: Settings) -> Identity:
+    """The bot's user id and workspace, which also prove the token works before anything starts.
+
+    Raises:
+        ConfigError: Slack refused the token, or could not be reached.
+    """
+    try:
+        found = await client.auth_test()
+        return Identity(str(found["user_id"]), str(found["team_id"]))
+    except SlackApiError as exc:
+        raise ConfigError(
+            f"Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')}); "
+            "copy the Bot User OAuth Token from the app's OAuth & Permissions page"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise ConfigError(
+            f"cannot reach Slack's Web API at {settings.slack_api_url}: {type(exc).__name__}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class SlackConnection:
+    """Slack's Web API as the bot, and who the bot is there."""
+
+    client: AsyncWebClient
+    me: Identity
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: Settings) -> AsyncIterator[SlackConnection]:
+    """Slack's Web API, with one HTTP session for every call, open while the block runs.
+
+    Raises:
+        ConfigError: Slack refused the bot token, or could not be reached.
+    """
+    async with aiohttp.ClientSession() as http:
+        client = slack_client(settings, http)
+        yield SlackConnection(client, await who_am_i(client, settings))
+
+
+def slack_channel(
+    runtime: AgentRuntime,
+    slack: SlackConnection,
+    settings: Settings,
+    policies: PolicyBook,
+) -> SlackChannel:
+    """The channel that shows the runtime's Slack turns in their threads, as ``settings`` say."""
+    return SlackChannel(
+        runtime,
+        policies.agent.name,
+        slack.client,
+        bot_user_id=slack.me.user_id,
+        replace_in_flight=settings.replace_in_flight,
+        policies=policies,
+    )
+
+
+@contextlib.asynccontextmanager
+async def showing(channel: SlackChannel) -> AsyncIterator[SlackChannel]:
+    """Let ``channel`` show turns while the block runs.
+
+    When the block ends normally, replies in flight get `SHUTDOWN_GRACE_SECONDS`
+    to finish; in every case the channel then stops watching the runtime.
+    """
+    try:
+        yield channel
+        await channel.drain(grace=SHUTDOWN_GRACE_SECONDS)
+    finally:
+        channel.close()
+
+
+@contextlib.asynccontextmanager
+async def socket_mode(
+    bolt: AsyncApp, client: AsyncWebClient, app_token: str
+) -> AsyncIterator[None]:
+    """Take Slack's events over Socket Mode while the block runs.
+
+    Raises:
+        ConfigError: Slack refused the app token.
+    """
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    # slack_sdk would retry a refused token forever: ask once here, and say what is wrong
+    try:
+        await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise ConfigError(
+            f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')}); create an "
+            "app-level token with connections:write under Basic Information"
+        ) from None
+    handler = AsyncSocketModeHandler(bolt, app_token)
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    print("Connected to Slack in Socket Mode.", flush=True)
+    try:
+        yield
+    finally:
+        await handler.close_async()  # type: ignore[no-untyped-call]
