@@ -36,7 +36,6 @@ from agent.core.records import (
     apply_commit,
 )
 from agent.core.turns import (
-    TURN_STATUSES_UNFINISHED,
     Cancelled,
     Completed,
     Failed,
@@ -45,6 +44,10 @@ from agent.core.turns import (
     TurnInput,
     TurnRecord,
     TurnResult,
+    is_suspend_ending,
+    moved,
+    outcome_of,
+    phase_of,
 )
 from agent.definition.tools import describe_error
 from agent.engine.lease import SessionLease, drop_quietly
@@ -182,7 +185,7 @@ class AgentSession:
             state = await self._loaded()
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
-            if known is None or known.status in TURN_STATUSES_UNFINISHED:
+            if known is None or known.is_unfinished:
                 self._refuse_if_halted()
             if known is not None:
                 # a redelivery: replays an unfinished turn, leaves a parked one parked
@@ -190,9 +193,9 @@ class AgentSession:
                 return turn_id
             if turn_id in state.retired:
                 return turn_id  # a redelivery of a turn a reset archived: nothing to run
-            if state.status == "suspended" and not _park_is_ending(state):
+            if _is_held_by_suspend(state):
                 state = await self._reread()  # another process may have resumed it
-                if state.status == "suspended" and not _park_is_ending(state):
+                if _is_held_by_suspend(state):
                     raise self._suspended_error(state)
             if not self._has_swept:
                 self._sweep(state)  # an unfinished turn not picked up yet runs first
@@ -252,7 +255,7 @@ class AgentSession:
             if record.status == "suspended":
                 state = await self._reread()
                 record = state.turns[turn_id]
-            if record.status not in {*TURN_STATUSES_UNFINISHED, "suspended"}:
+            if record.is_ended:
                 return False
             self._refuse_if_halted()
             plan = self._plan_cancel(state, [record], reason)
@@ -309,14 +312,12 @@ class AgentSession:
                 # its run holds it, even while it writes its park: it stops itself
                 if turn_id not in state.cancels:
                     plan.cancels.append((turn_id, reason))
-            elif record.status == "suspended" or (
-                record.status == "queued" and record.opening_index is None
-            ):
+            elif phase_of(record, state.cancels) in ("queued", "suspended", "ending_suspended"):
                 # nobody runs it: a park's request is withdrawn and its call closed; a
                 # turn not begun ends without ever opening
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
-            elif record.status in TURN_STATUSES_UNFINISHED and turn_id not in state.cancels:
+            elif record.is_unfinished and turn_id not in state.cancels:
                 plan.cancels.append((turn_id, reason))
         return plan
 
@@ -519,14 +520,12 @@ class AgentSession:
                     if not waiter.done():
                         waiter.set_exception(archived)
                 continue
-            if record is None or record.result is None:
-                continue
-            ending_park = record.status == "suspended" and turn_id in state.cancels
-            if record.status in TURN_STATUSES_UNFINISHED or ending_park:
+            outcome = outcome_of(record, state.cancels) if record is not None else None
+            if outcome is None:
                 continue
             for waiter in self._waiters.pop(turn_id):
                 if not waiter.done():
-                    waiter.set_result(record.result)
+                    waiter.set_result(outcome)
 
     async def _reread(self) -> StoredSession:
         """Read the session again when nothing here runs (another process may have moved it)."""
@@ -660,7 +659,7 @@ class AgentSession:
             raise ResumeConflictError(f"{self.key}: no turn {turn_id}")
         if record.status != "suspended" or not isinstance(record.result, Suspended):
             raise await self._not_waiting(turn_id, input_id, by, granted)
-        if turn_id in state.cancels:
+        if is_suspend_ending(record, state.cancels):
             raise ResumeConflictError(f"{self.key}: turn {turn_id} is being cancelled")
         request = record.result.request
         if request.id != input_id:
@@ -705,9 +704,7 @@ class AgentSession:
         granted: Grant | None = None,
     ) -> None:
         record = state.turns[turn_id]
-        resumed = dataclasses.replace(
-            record, status="queued", result=None, resumes=record.resumes + 1
-        )
+        resumed = moved(record, "queued", resumes=record.resumes + 1)
         # the request goes with its answer: a later resume is checked against it, and
         # the answer is only ever handed to the call that asked
         kept = {**answer, "call": request.call_id, "request": request.as_dict()}
@@ -772,7 +769,7 @@ class AgentSession:
 
     def _enqueue_unfinished(self, record: TurnRecord) -> None:
         is_known_here = record.turn_id == self._active or record.turn_id in self._queue
-        if record.status in TURN_STATUSES_UNFINISHED and not is_known_here:
+        if record.is_unfinished and not is_known_here:
             self._enqueue(record.turn_id)
 
     async def result(self, turn_id: str) -> TurnResult:
@@ -786,13 +783,9 @@ class AgentSession:
         if record is None:
             raise UnknownTurnError(self._no_turn(state, turn_id))
         # a park whose cancel its run is writing is not how the turn ends
-        ending_park = record.status == "suspended" and turn_id in state.cancels
-        if (
-            record.result is not None
-            and record.status not in TURN_STATUSES_UNFINISHED
-            and not ending_park
-        ):
-            return record.result
+        outcome = outcome_of(record, state.cancels)
+        if outcome is not None:
+            return outcome
         self._refuse_if_halted()
         waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(turn_id, []).append(waiter)
@@ -848,11 +841,11 @@ class AgentSession:
         record = state.turns.get(turn_id)
         if record is None:
             raise UnknownTurnError(self._no_turn(state, turn_id))
-        if not replay and record.status not in TURN_STATUSES_UNFINISHED:
+        if not replay and not record.is_unfinished:
             return
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
         stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
-        if self._halted is not None and record.status in TURN_STATUSES_UNFINISHED:
+        if self._halted is not None and record.is_unfinished:
             queue.put_nowait(self._halted_event(turn_id))  # it will not move until a restart
         try:
             while True:
@@ -940,7 +933,7 @@ class AgentSession:
     async def _run(self, turn_id: str) -> None:
         state = await self._loaded()
         record = state.turns.get(turn_id)
-        if record is None or record.status not in TURN_STATUSES_UNFINISHED:
+        if record is None or not record.is_unfinished:
             self._settle_waiters(state)
             return
         token = self._lease.token
@@ -1090,14 +1083,22 @@ class _CancelPlan:
 
 def _unfinished(state: StoredSession, *, parked_too: bool = False) -> list[TurnRecord]:
     """The turns not yet ended, in admission order (a parked one too, if asked)."""
-    statuses = {*TURN_STATUSES_UNFINISHED, "suspended"} if parked_too else TURN_STATUSES_UNFINISHED
-    return sorted((t for t in state.turns.values() if t.status in statuses), key=lambda t: t.seq)
+    wanted = [t for t in state.turns.values() if t.is_unfinished or (parked_too and not t.is_ended)]
+    return sorted(wanted, key=lambda t: t.seq)
+
+
+def _is_held_by_suspend(state: StoredSession) -> bool:
+    """The session is suspended on a person's answer, so no other turn may start.
+
+    A suspend that a cancel is ending does not hold the session: its turn is ending.
+    """
+    return state.status == "suspended" and not _park_is_ending(state)
 
 
 def _park_is_ending(state: StoredSession) -> bool:
     """The session's park was cancelled while being written; its run is ending it now."""
     parked = _parked_in(state)
-    return parked is not None and parked.turn_id in state.cancels
+    return parked is not None and is_suspend_ending(state.turns[parked.turn_id], state.cancels)
 
 
 def _parked_in(state: StoredSession) -> Suspended | None:

@@ -56,7 +56,15 @@ from agent.core.records import (
     StoredStep,
     apply_commit,
 )
-from agent.core.turns import Cancelled, Completed, Failed, Suspended, TurnRecord, TurnResult
+from agent.core.turns import (
+    Cancelled,
+    Completed,
+    Failed,
+    Suspended,
+    TurnRecord,
+    TurnResult,
+    moved,
+)
 from agent.definition.agent import Agent
 from agent.definition.policies import resolve_policy
 from agent.definition.tools import (
@@ -95,7 +103,7 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
         message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
     else:
         message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
-    opened = dataclasses.replace(record, status="running", opening_index=index)
+    opened = moved(record, "running", opening_index=index)
     return opened, Commit(
         messages=(StoredMessage(index, message),), turns=(opened,), status="running"
     )
@@ -139,7 +147,7 @@ def ending_commit(
         steps.append(
             StoredStep(f"tool:{at}:{call.id}", record.turn_id, {"message": index, "is_error": True})
         )
-    ended = dataclasses.replace(record, status=result.status, result=result)
+    ended = moved(record, result.status, result=result)
     return Commit(
         messages=tuple(messages),
         steps=tuple(steps),
@@ -266,7 +274,7 @@ class TurnRun:
             event=given.event,
             policy=given.policy,
         )
-        record = dataclasses.replace(self._record, status="suspended", result=result)
+        record = moved(self._record, "suspended", result=result)
         await self._commit(Commit(turns=(record,), status="suspended"))
         if reason := self._cancel_reason():
             # asked while the park was being written: nobody is to be asked after all
@@ -517,7 +525,7 @@ class TurnRun:
         messages, steps = final
         usage = self._usage_so_far(messages)
         result = Completed(turn_id=self.turn_id, text=text, usage=usage)
-        record = dataclasses.replace(self._record, status="completed", result=result)
+        record = moved(self._record, "completed", result=result)
         await self._commit(Commit(messages=messages, steps=steps, turns=(record,), status="idle"))
         if messages and text:
             self._emit(MessageCompleted, text=text, index=messages[0].index)
