@@ -168,7 +168,7 @@ class AgentSession:
             turn_id: A caller-chosen id (for example the Slack event id).
             replace: Cancel every unfinished turn of the session, running or queued,
                 with reason ``replaced``, in the transaction that admits this one. A
-                turn parked for a person's answer is never cancelled this way.
+                turn suspended on a person's answer is never cancelled this way.
 
         Returns:
             The turn's id.
@@ -188,7 +188,7 @@ class AgentSession:
             if known is None or known.is_unfinished:
                 self._refuse_if_halted()
             if known is not None:
-                # a redelivery: replays an unfinished turn, leaves a parked one parked
+                # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
                 self._enqueue_unfinished(known)
                 return turn_id
             if turn_id in state.retired:
@@ -232,7 +232,7 @@ class AgentSession:
         is finished as cancelled by the next start, not replayed to completion. What
         committed stays; calls of the newest batch that had not run get a closing
         ``{"cancelled": true}`` result. A queued turn that never opened ends at once,
-        writing no message; a parked turn ends at once, its request withdrawn. A turn
+        writing no message; a suspended turn ends at once, its request withdrawn. A turn
         whose final reply is already being written completes anyway: ``True`` means
         the request was taken, and `result` tells how the turn ended.
 
@@ -265,7 +265,7 @@ class AgentSession:
     async def reset(self) -> SessionReset:
         """Start the session afresh; its history goes to the archive, still readable.
 
-        Unfinished turns are cancelled (reason ``reset``), a parked one included; then,
+        Unfinished turns are cancelled (reason ``reset``), a suspended one included; then,
         in order on the session's turn chain, the transcript, steps and turns are
         archived under the current generation and the status goes back to ``new``.
         While the reset is pending, `resume` refuses and new turns queue behind it.
@@ -280,7 +280,7 @@ class AgentSession:
             self._refuse_if_halted()
             # a reset asked while another is pending extends it over the turns since
             through = max((t.seq for t in state.turns.values()), default=0)
-            plan = self._plan_cancel(state, _unfinished(state, parked_too=True), "reset")
+            plan = self._plan_cancel(state, _unfinished(state, suspended_too=True), "reset")
             commit = plan.commit(Commit(reset_through=through))
             caller_left = await self._commit_cancel(state, plan, commit)
             done = self._reset_future()
@@ -309,11 +309,11 @@ class AgentSession:
         for record in records:
             turn_id = record.turn_id
             if turn_id == self._active:
-                # its run holds it, even while it writes its park: it stops itself
+                # its run holds it, even while it writes its suspend: it stops itself
                 if turn_id not in state.cancels:
                     plan.cancels.append((turn_id, reason))
             elif phase_of(record, state.cancels) in ("queued", "suspended", "ending_suspended"):
-                # nobody runs it: a park's request is withdrawn and its call closed; a
+                # nobody runs it: a suspend's request is withdrawn and its call closed; a
                 # turn not begun ends without ever opening
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
@@ -402,7 +402,7 @@ class AgentSession:
                     waiter.set_result(result)
         if plan.ended and self._queue:
             with contextlib.suppress(RuntimeClosedError):
-                self._start_worker()  # a withdrawn park no longer holds the turns behind it
+                self._start_worker()  # a withdrawn suspend no longer holds the turns behind it
 
     def _no_turn(self, state: StoredSession, turn_id: str) -> str:
         if turn_id in state.retired:
@@ -480,7 +480,7 @@ class AgentSession:
     async def _catch_up(self) -> None:
         """Read the session again after another process wrote it, and pick up where it is.
 
-        Turns queued here are queued again from the store (one behind a park
+        Turns queued here are queued again from the store (one behind a suspend
         included); those waiting on a turn that ended elsewhere are answered.
         """
         async with self._catching_up:
@@ -534,8 +534,10 @@ class AgentSession:
         return await self._loaded()
 
     def _suspended_error(self, state: StoredSession) -> SessionSuspendedError:
-        parked = _parked_in(state)
-        waiting = f" (turn {parked.turn_id} waits on {parked.request.id!r})" if parked else ""
+        suspended = _suspended_in(state)
+        waiting = (
+            f" (turn {suspended.turn_id} waits on {suspended.request.id!r})" if suspended else ""
+        )
         return SessionSuspendedError(
             f"{self.key} is waiting for a person's answer{waiting}; "
             "no other turn starts until it is answered"
@@ -556,12 +558,12 @@ class AgentSession:
     async def suspended(self) -> Suspended | None:
         """The checkpoint of the turn this session is suspended on, if it is."""
         state = await self._loaded()
-        return None if _park_is_ending(state) else _parked_in(state)
+        return None if _suspend_is_ending(state) else _suspended_in(state)
 
     async def pending(self) -> InputRequest | None:
-        """The request the session is parked on, if it is."""
-        parked = await self.suspended()
-        return parked.request if parked else None
+        """The request the session is suspended on, if it is."""
+        suspended = await self.suspended()
+        return suspended.request if suspended else None
 
     async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:
         """How request ``input_id`` of ``turn_id`` was settled, or None while it is open."""
@@ -577,22 +579,22 @@ class AgentSession:
         by: str | None = None,
         granted: Grant | None = None,
     ) -> None:
-        """Answer the request a parked turn waits on, and run the turn on from there.
+        """Answer the request a suspended turn waits on, and run the turn on from there.
 
         The answer is stored under ``input:<turn_id>:<input_id>`` before anything
-        runs; the parked tool runs again from the top and its ``request_input``
+        runs; the suspended tool runs again from the top and its ``request_input``
         returns ``value``. Of two resumes racing for one request (two clicks, two
         processes), exactly one is applied.
 
         Args:
-            turn_id: The parked turn.
+            turn_id: The suspended turn.
             input_id: The request's id.
             value: The answer; it must match the request's schema.
             by: The resumer's verified identity (a signed Slack click's user id).
             granted: From `grant_answer`, for a ``{policy}`` request.
 
         Raises:
-            ResumeConflictError: No such turn, it is not parked, it waits for
+            ResumeConflictError: No such turn, it is not suspended, it waits for
                 another request, or the request was already answered (the message
                 says by whom and how).
             ResumeAuthorizationError: The resumer may not answer this request.
@@ -606,11 +608,11 @@ class AgentSession:
                     f"{self.key} is being reset; its requests are withdrawn and archived"
                 )
             try:
-                request = await self._waiting_request(state, turn_id, input_id, by, granted)
+                request = await self._suspended_request(state, turn_id, input_id, by, granted)
             except ResumeConflictError:
-                # this replica's copy may be behind one that answered or re-parked
+                # this replica's copy may be behind one that answered it or suspended it again
                 state = await self._reread()
-                request = await self._waiting_request(state, turn_id, input_id, by, granted)
+                request = await self._suspended_request(state, turn_id, input_id, by, granted)
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
             expires_at = request.expires_at
@@ -625,28 +627,28 @@ class AgentSession:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
         async with self._writing():
             state = await self._loaded()
-            parked = _parked_in(state)
+            suspended = _suspended_in(state)
             if (
                 state.reset_through is not None
-                or _park_is_ending(state)
-                or parked is None
-                or (parked.turn_id, parked.request.id) != (turn_id, input_id)
+                or _suspend_is_ending(state)
+                or suspended is None
+                or (suspended.turn_id, suspended.request.id) != (turn_id, input_id)
             ):
                 return False
-            expires_at = parked.request.expires_at
+            expires_at = suspended.request.expires_at
             if expires_at is None:
                 return False
             if expires_at > self._runtime.clock():
                 # the loop's timer ran ahead of the wall clock (stepped back, say): again later
-                self._runtime.schedule_expiry(self.key, parked)
+                self._runtime.schedule_expiry(self.key, suspended)
                 return False
             try:
-                await self._answer(state, turn_id, parked.request, {"expired": True})
+                await self._answer(state, turn_id, suspended.request, {"expired": True})
             except ResumeConflictError:
                 return False  # a person answered in the meantime
             return True
 
-    async def _waiting_request(
+    async def _suspended_request(
         self,
         state: StoredSession,
         turn_id: str,
@@ -658,7 +660,7 @@ class AgentSession:
         if record is None:
             raise ResumeConflictError(f"{self.key}: no turn {turn_id}")
         if record.status != "suspended" or not isinstance(record.result, Suspended):
-            raise await self._not_waiting(turn_id, input_id, by, granted)
+            raise await self._not_suspended_error(turn_id, input_id, by, granted)
         if is_suspend_ending(record, state.cancels):
             raise ResumeConflictError(f"{self.key}: turn {turn_id} is being cancelled")
         request = record.result.request
@@ -670,7 +672,7 @@ class AgentSession:
             )
         return request
 
-    async def _not_waiting(
+    async def _not_suspended_error(
         self, turn_id: str, input_id: str, by: str | None, granted: Grant | None
     ) -> ResumeConflictError:
         steps = await self._runtime.store.load_steps(self.key, turn_id)
@@ -718,10 +720,12 @@ class AgentSession:
             caller_left = await self._commit_through(commit)
         except StoreConflictError:
             await self._reread()  # another process answered: read what it wrote
-            raise await self._not_waiting(turn_id, request.id, answer.get("by"), granted) from None
+            raise await self._not_suspended_error(
+                turn_id, request.id, answer.get("by"), granted
+            ) from None
         apply_commit(state, commit)
         self._runtime.cancel_expiry(self.key, turn_id)
-        self._queue.appendleft(turn_id)  # ahead of turns admitted before it parked
+        self._queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
         with contextlib.suppress(RuntimeClosedError):
             self._start_worker()  # closed: the answer is stored, the turn runs at next start
         if caller_left:
@@ -746,18 +750,18 @@ class AgentSession:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
             self._enqueue_unfinished(record)
 
-    async def end_cancelled_park(self) -> None:
-        """End a park whose cancel was stored while it was being written (start-up)."""
+    async def end_cancelled_suspend(self) -> None:
+        """End a suspend whose cancel was stored while it was being written (start-up)."""
         async with self._writing(wait=False) as held:
             if not held:
-                return  # another live process writes it; it ends the park when it runs
+                return  # another live process writes it; it ends the suspend when it runs
             state = await self._loaded()
-            parked = _parked_in(state)
-            if parked is None or parked.turn_id == self._active:
+            suspended = _suspended_in(state)
+            if suspended is None or suspended.turn_id == self._active:
                 return
-            reason = state.cancels.get(parked.turn_id)
+            reason = state.cancels.get(suspended.turn_id)
             if reason is not None:
-                plan = self._plan_cancel(state, [state.turns[parked.turn_id]], reason)
+                plan = self._plan_cancel(state, [state.turns[suspended.turn_id]], reason)
                 await self._apply_cancel(state, plan, Commit())
 
     async def recover_reset(self) -> None:
@@ -782,7 +786,7 @@ class AgentSession:
         record = state.turns.get(turn_id)
         if record is None:
             raise UnknownTurnError(self._no_turn(state, turn_id))
-        # a park whose cancel its run is writing is not how the turn ends
+        # a suspend whose cancel its run is writing is not how the turn ends
         outcome = outcome_of(record, state.cancels)
         if outcome is not None:
             return outcome
@@ -797,7 +801,7 @@ class AgentSession:
         """Start a turn and wait for its reply; for non-interactive callers.
 
         Raises:
-            TurnSuspendedError: The turn parked for input; use `start` and `result`.
+            TurnSuspendedError: The turn was suspended for input; use `start` and `result`.
             TurnFailedError: The turn failed.
             TurnCancelledError: The turn was cancelled.
         """
@@ -866,8 +870,8 @@ class AgentSession:
         if self._worker is None and self._halted is None:
             self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
 
-    def _is_parked(self) -> bool:
-        # turns queued behind a parked one wait: they would follow a call with no result
+    def _is_suspended(self) -> bool:
+        # turns queued behind a suspended one wait: they would follow a call with no result
         return self._state is not None and self._state.status == "suspended"
 
     async def _drain(self) -> None:
@@ -884,7 +888,7 @@ class AgentSession:
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
-                if not self._queue or self._is_parked():
+                if not self._queue or self._is_suspended():
                     break
                 turn_id = self._queue.popleft()
                 self._active = turn_id
@@ -1068,7 +1072,7 @@ class _CancelPlan:
 
     def commit(self, base: Commit) -> Commit:
         """``base`` with this plan's writes in the same transaction."""
-        # only a parked turn's closing writes messages, and nothing opens beside a park
+        # only a suspended turn's closing writes messages, and nothing opens beside a suspend
         assert not (self._messages and base.messages)
         return dataclasses.replace(
             base,
@@ -1081,9 +1085,11 @@ class _CancelPlan:
         )
 
 
-def _unfinished(state: StoredSession, *, parked_too: bool = False) -> list[TurnRecord]:
-    """The turns not yet ended, in admission order (a parked one too, if asked)."""
-    wanted = [t for t in state.turns.values() if t.is_unfinished or (parked_too and not t.is_ended)]
+def _unfinished(state: StoredSession, *, suspended_too: bool = False) -> list[TurnRecord]:
+    """The turns not yet ended, in admission order (a suspended one too, if asked)."""
+    wanted = [
+        t for t in state.turns.values() if t.is_unfinished or (suspended_too and not t.is_ended)
+    ]
     return sorted(wanted, key=lambda t: t.seq)
 
 
@@ -1092,16 +1098,19 @@ def _is_held_by_suspend(state: StoredSession) -> bool:
 
     A suspend that a cancel is ending does not hold the session: its turn is ending.
     """
-    return state.status == "suspended" and not _park_is_ending(state)
+    return state.status == "suspended" and not _suspend_is_ending(state)
 
 
-def _park_is_ending(state: StoredSession) -> bool:
-    """The session's park was cancelled while being written; its run is ending it now."""
-    parked = _parked_in(state)
-    return parked is not None and is_suspend_ending(state.turns[parked.turn_id], state.cancels)
+def _suspend_is_ending(state: StoredSession) -> bool:
+    """The session's suspend was cancelled while being written; its run is ending it now."""
+    suspended = _suspended_in(state)
+    return suspended is not None and is_suspend_ending(
+        state.turns[suspended.turn_id], state.cancels
+    )
 
 
-def _parked_in(state: StoredSession) -> Suspended | None:
+def _suspended_in(state: StoredSession) -> Suspended | None:
+    """The checkpoint of the turn the session is suspended on, if it is."""
     if state.status != "suspended":
         return None
     for record in state.turns.values():

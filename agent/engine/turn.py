@@ -234,11 +234,11 @@ class TurnRun:
         self._interrupt.set()
 
     async def run(self) -> TurnResult:
-        """Run the turn to completion, failure, cancellation or a park, committing each step."""
+        """Run the turn until it completes, fails, is cancelled or suspends; each step commits."""
         limit = self._agent.max_turn_seconds
         timer = None
         if limit is not None:
-            # each run has the whole limit: time parked waiting for a person does not count
+            # each run has the whole limit: time spent suspended on a person's answer does not count
             timer = asyncio.get_running_loop().call_later(limit, self._time_up)
         try:
             return await self._run()
@@ -259,13 +259,17 @@ class TurnRun:
             return await self._fail(failure.error, phase=failure.phase, step=failure.step)
         except _Interrupted:
             return await self._cancel(self._cancel_reason() or "requested")
-        except InputRequired as parked:
+        except InputRequired as asked:
             if reason := self._cancel_reason():
                 return await self._cancel(reason)  # nobody is to be asked for a cancelled turn
-            return await self._park(parked.request)
+            return await self._suspend(asked.request)
 
-    async def _park(self, request: InputRequest) -> TurnResult:
-        """One checkpoint holds everything the resumed turn needs; memory holds nothing."""
+    async def _suspend(self, request: InputRequest) -> TurnResult:
+        """Suspend the turn on ``request``, in one checkpoint.
+
+        The checkpoint holds everything the resumed turn needs, so nothing of the
+        turn is kept in memory while it waits for the answer.
+        """
         given = self._record.input
         result = Suspended(
             turn_id=self.turn_id,
@@ -277,7 +281,7 @@ class TurnRun:
         record = moved(self._record, "suspended", result=result)
         await self._commit(Commit(turns=(record,), status="suspended"))
         if reason := self._cancel_reason():
-            # asked while the park was being written: nobody is to be asked after all
+            # a cancel came while the suspend was being written: nobody is to be asked after all
             return await self._cancel(reason)
         self._emit(InputRequested, request=request.as_dict())
         return result
@@ -479,7 +483,10 @@ class TurnRun:
     ) -> ToolMessage:
         try:
             message = self._tool_message(
-                call, result=jsonable_result(tool, await _unwrapped_park(tool.call(arguments, ctx)))
+                call,
+                result=jsonable_result(
+                    tool, await _unwrap_input_required(tool.call(arguments, ctx))
+                ),
             )
         except FatalToolError:
             raise
@@ -577,7 +584,7 @@ class TurnRun:
 
 
 class _Desk:
-    """Answers for one async tool call's ``request_input``: stored ones, or a park."""
+    """Answers for one async tool call's ``request_input``: a stored one, or a suspend."""
 
     def __init__(self, run: TurnRun, call: ToolCall) -> None:
         self._run = run
@@ -613,15 +620,19 @@ class _Desk:
         raise InputRequired(with_expiry(request, ttl, self._run.now()))
 
 
-async def _unwrapped_park(running: Any) -> Any:
-    """Await a tool; a park raised inside its own task group still parks the turn."""
+async def _unwrap_input_required(running: Any) -> Any:
+    """Await a tool; an `InputRequired` raised inside its own task group still suspends the turn.
+
+    A task group wraps what its tasks raise in a `BaseExceptionGroup`; the first
+    `InputRequired` in it is raised on its own, as if the tool had raised it.
+    """
     try:
         return await running
     except BaseExceptionGroup as group:
-        parks, _ = group.split(InputRequired)
-        if parks is None:
+        asked, _ = group.split(InputRequired)
+        if asked is None:
             raise
-        first: BaseException = parks
+        first: BaseException = asked
         while isinstance(first, BaseExceptionGroup):
             first = first.exceptions[0]
         raise first from None
