@@ -36,7 +36,6 @@ MAX_LINES = 400
 OVERSIZE: frozenset[str] = frozenset(
     {
         "agent.engine.session",
-        "agent.engine.turn",
         "agent.models.anthropic._model",
         "agent.stores._sqlite",
         "bot.slack.channel",

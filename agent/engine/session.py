@@ -52,7 +52,8 @@ from agent.core.turns import (
 from agent.definition.tools import describe_error
 from agent.engine.lease import SessionLease, drop_quietly
 from agent.engine.replay import fold_turn
-from agent.engine.turn import CANCELLED_CALL, TurnRun, ending_commit, opening_commit
+from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
+from agent.engine.turn.run import TurnRun
 from agent.errors import (
     ConflictError,
     LeaseLostError,
