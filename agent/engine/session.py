@@ -100,7 +100,7 @@ class AgentSession:
         self._observers: list[tuple[str | None, Observer]] = []
         self._halted: str | None = None
         """Why this session stopped running turns until the next start, if it did."""
-        self._has_swept = False
+        self._queued_unfinished = False
         """Whether unfinished turns of the loaded state were queued (once per load)."""
         self._running: TurnRun | None = None
         self._reset_done: asyncio.Future[SessionReset] | None = None
@@ -116,12 +116,13 @@ class AgentSession:
         """The lease token the admission in progress took; its writes are fenced by it."""
 
     async def _loaded(self) -> StoredSession:
-        # read once, then kept current by the turns themselves: no step rereads history
+        # The session is read from the store once. After that, every commit made here is
+        # mirrored into this copy, so no step reads the history again.
         if self._state is None:
             async with self._load_lock:
                 if self._state is None:
                     self._state = await self._runtime.store.load(self.key)
-                    self._has_swept = False
+                    self._queued_unfinished = False
         self._runtime.note_loaded(self.key)
         return self._state
 
@@ -182,7 +183,7 @@ class AgentSession:
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
         self._runtime.check_open()
-        async with self._writing():
+        async with self._locked_and_leased():
             state = await self._loaded()
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
@@ -190,16 +191,17 @@ class AgentSession:
                 self._refuse_if_halted()
             if known is not None:
                 # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
-                self._enqueue_unfinished(known)
+                self._queue_if_unfinished(known)
                 return turn_id
             if turn_id in state.retired:
-                return turn_id  # a redelivery of a turn a reset archived: nothing to run
+                return turn_id  # a redelivered turn that a reset archived: nothing is left to run
             if _is_held_by_suspend(state):
-                state = await self._reread()  # another process may have resumed it
+                state = await self._reread_unless_busy()  # another process may have resumed it
                 if _is_held_by_suspend(state):
                     raise self._suspended_error(state)
-            if not self._has_swept:
-                self._sweep(state)  # an unfinished turn not picked up yet runs first
+            if not self._queued_unfinished:
+                # turns left unfinished on disk and not queued here yet run before this one
+                self._queue_unfinished_turns(state)
             plan = _CancelPlan()
             if replace:
                 plan = self._plan_cancel(state, _unfinished(state), "replaced")
@@ -212,16 +214,21 @@ class AgentSession:
                 and not plan.cancels
                 and state.reset_through is None
             ):
-                # nothing ahead of it: open it at admission, one transaction fewer
+                # Nothing is queued ahead of this turn, so it opens in the transaction that
+                # admits it, which saves a write.
                 record, opening = opening_commit(record, len(state.transcript))
                 commit = plan.commit(opening)
             else:
                 commit = plan.commit(Commit(turns=(record,)))
             caller_left = await self._commit_cancel(state, plan, commit)
+            # If the runtime closed meanwhile, the turn is admitted all the same and runs
+            # at the next start.
             with contextlib.suppress(RuntimeClosedError):
-                self._enqueue(turn_id)  # closed meanwhile: admitted, it runs at the next start
+                self._enqueue(turn_id)
             if caller_left:
-                raise asyncio.CancelledError  # admitted all the same: it runs
+                # The caller was cancelled while the admission was being written. The turn
+                # is admitted and runs anyway; only the caller's cancellation goes on.
+                raise asyncio.CancelledError
         return turn_id
 
     # -- cancel and reset -------------------------------------------------------
@@ -248,13 +255,13 @@ class AgentSession:
             UnknownTurnError: The session has no such turn.
         """
         self._runtime.check_open()
-        async with self._writing():
+        async with self._locked_and_leased():
             state = await self._loaded()
             record = state.turns.get(turn_id)
             if record is None:
                 raise UnknownTurnError(self._no_turn(state, turn_id))
             if record.status == "suspended":
-                state = await self._reread()
+                state = await self._reread_unless_busy()
                 record = state.turns[turn_id]
             if record.is_ended:
                 return False
@@ -276,16 +283,18 @@ class AgentSession:
             The archived address (``<session>#g<n>``) and the new generation.
         """
         self._runtime.check_open()
-        async with self._writing():
-            state = await self._reread()
+        async with self._locked_and_leased():
+            state = await self._reread_unless_busy()
             self._refuse_if_halted()
-            # a reset asked while another is pending extends it over the turns since
+            # A reset asked for while another is pending extends that one over the turns
+            # admitted since.
             through = max((t.seq for t in state.turns.values()), default=0)
             plan = self._plan_cancel(state, _unfinished(state, suspended_too=True), "reset")
             commit = plan.commit(Commit(reset_through=through))
             caller_left = await self._commit_cancel(state, plan, commit)
             done = self._reset_future()
-            self._start_worker()  # even for a caller that left: the reset is asked for
+            # The worker carries the reset out even if the caller has left: it is stored.
+            self._start_worker()
             if caller_left:
                 raise asyncio.CancelledError
         return await asyncio.shield(done)
@@ -297,7 +306,8 @@ class AgentSession:
     def _reset_future(self) -> asyncio.Future[SessionReset]:
         if self._reset_done is None or self._reset_done.done():
             done: asyncio.Future[SessionReset] = asyncio.get_running_loop().create_future()
-            # its callers may all have left (shielded): an error nobody reads is no bug
+            # Its callers wait on it through asyncio.shield and may all have left, so an
+            # exception nobody retrieves is expected: reading it here keeps asyncio quiet.
             done.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._reset_done = done
         return self._reset_done
@@ -310,12 +320,15 @@ class AgentSession:
         for record in records:
             turn_id = record.turn_id
             if turn_id == self._active:
-                # its run holds it, even while it writes its suspend: it stops itself
+                # This process runs the turn (it may be writing the turn's suspend right
+                # now), so only the request is stored: the run sees it at its next
+                # boundary and ends the turn itself.
                 if turn_id not in state.cancels:
                     plan.cancels.append((turn_id, reason))
             elif phase_of(record, state.cancels) in ("queued", "suspended", "ending_suspended"):
-                # nobody runs it: a suspend's request is withdrawn and its call closed; a
-                # turn not begun ends without ever opening
+                # Nothing runs this turn: it is suspended (its request is withdrawn and its
+                # tool call closed), or it has never begun (it ends without ever opening).
+                # Either way it ends in the cancel's own write.
                 ended = Cancelled(turn_id=turn_id, reason=reason)
                 plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
             elif record.is_unfinished and turn_id not in state.cancels:
@@ -335,19 +348,21 @@ class AgentSession:
         Raises:
             ConflictError: Another process moved one of the turns first.
         """
-        # the worker must not pick up a turn that this write ends, while it is in flight
+        # While this write is in flight, the worker must not pick up a turn the write
+        # ends, so those turns leave the queue first.
         queued = list(self._queue)
         withdrawn = {t for t in queued if t in plan.ended_ids}
         for turn_id in withdrawn:
             self._queue.remove(turn_id)
         asked = self._stop_at_next_boundary(state, plan)
         try:
-            caller_left = await self._commit_through(commit)
+            caller_left = await self._commit_shielded(commit)
         except Exception as exc:
-            # nothing of it was written: put everything back as it was
+            # Nothing of the write landed: put the cancel marks and the queue back.
             for turn_id in asked:
                 state.cancels.pop(turn_id, None)
-            # under the admit lock the queue only shrinks: the worker takes from its head
+            # Under the admit lock nothing joins the queue; the worker may only have taken
+            # turns from its head meanwhile, so the turns still queued keep their order.
             still = set(self._queue) | withdrawn
             self._queue.clear()
             self._queue.extend(t for t in queued if t in still)
@@ -355,14 +370,14 @@ class AgentSession:
                 with contextlib.suppress(RuntimeClosedError):
                     self._start_worker()
             if isinstance(exc, StoreConflictError):
-                await self._reread()
+                await self._reread_unless_busy()
                 raise ConflictError(
                     f"{self.key}: a turn changed under the cancel (another runtime on this "
                     "store answered or ended it first); try again"
                 ) from None
             raise
         apply_commit(state, commit)
-        self._after_cancel(plan)
+        self._announce_ended(plan)
         return caller_left
 
     def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> list[str]:
@@ -385,7 +400,7 @@ class AgentSession:
             running.interrupt()
         return asked
 
-    def _after_cancel(self, plan: _CancelPlan) -> None:
+    def _announce_ended(self, plan: _CancelPlan) -> None:
         """Tell everyone about turns a committed plan ended."""
         for result in plan.ended:
             self._runtime.cancel_expiry(self.key, result.turn_id)
@@ -403,14 +418,15 @@ class AgentSession:
                     waiter.set_result(result)
         if plan.ended and self._queue:
             with contextlib.suppress(RuntimeClosedError):
-                self._start_worker()  # a withdrawn suspend no longer holds the turns behind it
+                # a withdrawn suspend no longer holds back the turns queued behind it
+                self._start_worker()
 
     def _no_turn(self, state: StoredSession, turn_id: str) -> str:
         if turn_id in state.retired:
             return f"{self.key}: turn {turn_id} was archived by a reset"
         return f"{self.key}: no turn {turn_id}"
 
-    async def _commit_through(self, commit: Commit) -> bool:
+    async def _commit_shielded(self, commit: Commit) -> bool:
         """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
 
         The write goes on on the store's thread whatever the caller does, and a
@@ -423,7 +439,9 @@ class AgentSession:
         Raises:
             StoreError: The write failed and nothing of it landed.
         """
-        # the take this write was planned under: a newer one means a reread since
+        # The write is fenced by the lease token this admission took (outside one, the
+        # current token). If the lease was lost and taken again since, the write was
+        # planned on a copy that may be stale, and the store refuses it.
         commit = dataclasses.replace(commit, holder=self._write_token or self._lease.token)
         writing = asyncio.ensure_future(self._runtime.store.commit(self.key, commit))
         caller_left = False
@@ -434,44 +452,62 @@ class AgentSession:
                 caller_left = True
             except Exception:
                 break
-        writing.result()  # the store's error, if the write failed
+        writing.result()  # a write that failed raises its error here
         return caller_left
 
     @asynccontextmanager
-    async def _writing(self, *, wait: bool = True, take: bool = True) -> AsyncIterator[bool]:
-        """Admit one write here: this session's lock, then its lease in the store.
+    async def _locked_and_leased(self, *, wait: bool = True) -> AsyncIterator[bool]:
+        """Admit one write: take this session's admit lock, then its lease in the store.
 
-        With ``take`` False (start-up recovery, which only queues) the lease is
-        left to the worker; either way it is let go at the end if nothing runs.
+        The writes made inside are fenced by the lease token taken here. The lease
+        is let go at the end if no turn runs here by then.
 
         Yields:
-            Whether the lease is held; False when ``wait`` is False and another
-            live process holds it, or ``take`` is False.
+            Whether this process holds the lease. With ``wait`` it waits for another
+            live process to let the lease go, so it does; with ``wait`` False it does
+            not wait, and False means another live process holds the lease.
         """
         async with self._admit_lock:
             self._write_token = None
             try:
-                held = await self._hold(wait=wait) if take else False
+                held = await self._take_lease_and_catch_up(wait=wait)
                 if held:
                     self._write_token = self._lease.token
                 yield held
             except LeaseLostError:
                 if self._write_token is not None and self._write_token == self._lease.token:
-                    self._lease.lost()  # our own write was refused: taken meanwhile
+                    # The store refused a write made under the token taken here: another
+                    # process took the lease meanwhile.
+                    self._lease.lost()
                 raise
             finally:
                 self._write_token = None
                 if self._worker is None and self._lease.is_held:
                     await drop_quietly(self._lease)
 
-    async def _hold(self, *, wait: bool = True) -> bool:
+    @asynccontextmanager
+    async def _locked(self) -> AsyncIterator[None]:
+        """Take only this session's admit lock, for start-up recovery.
+
+        Recovery only queues turns; the worker takes the lease when it runs them. A
+        lease still held at the end is let go if no turn runs here by then.
+        """
+        async with self._admit_lock:
+            try:
+                yield
+            finally:
+                if self._worker is None and self._lease.is_held:
+                    await drop_quietly(self._lease)
+
+    async def _take_lease_and_catch_up(self, *, wait: bool = True) -> bool:
         """Take the session's lease; read the session again if another process had it."""
         if not await self._lease.take(wait=wait):
             return False
         if self._lease.stale:
             if self._active is not None:
-                # our run lost the lease while it ran: it stops at its next commit and
-                # the worker reads the session again; this write would go on a stale copy
+                # A run here lost the lease while it ran. The run stops at its next commit
+                # and the worker reads the session again; until then this copy may be
+                # stale, so no write is planned on it.
                 raise LeaseLostError(
                     f"{self.key} was taken on by another process meanwhile; try again"
                 )
@@ -486,13 +522,13 @@ class AgentSession:
         """
         async with self._catching_up:
             if not self._lease.stale:
-                return  # the worker, or an admission, did it meanwhile
+                return  # the worker or an admission caught up while this one waited
             before = self._state.generation if self._state is not None else None
             self._state = None
             self._queue.clear()
             state = await self._loaded()
             self._lease.stale = False
-            self._sweep(state)
+            self._queue_unfinished_turns(state)
             self._settle_waiters(state)
             done = self._reset_done
             reset_elsewhere = before is not None and state.generation > before
@@ -505,11 +541,11 @@ class AgentSession:
                     )
                 )
 
-    def _sweep(self, state: StoredSession) -> None:
+    def _queue_unfinished_turns(self, state: StoredSession) -> None:
         """Queue every unfinished turn this process has not picked up, oldest first."""
         for record in sorted(state.turns.values(), key=lambda t: t.seq):
-            self._enqueue_unfinished(record)
-        self._has_swept = True
+            self._queue_if_unfinished(record)
+        self._queued_unfinished = True
 
     def _settle_waiters(self, state: StoredSession) -> None:
         """Answer those waiting on turns that ended in another process."""
@@ -528,7 +564,7 @@ class AgentSession:
                 if not waiter.done():
                     waiter.set_result(outcome)
 
-    async def _reread(self) -> StoredSession:
+    async def _reread_unless_busy(self) -> StoredSession:
         """Read the session again when nothing here runs (another process may have moved it)."""
         if self._worker is None and not self._queue and self._state is not None:
             self._state = None
@@ -602,7 +638,7 @@ class AgentSession:
             InvalidAnswerError: ``value`` does not match the request's schema.
         """
         self._runtime.check_open()
-        async with self._writing():
+        async with self._locked_and_leased():
             state = await self._loaded()
             if state.reset_through is not None:
                 raise ResumeConflictError(
@@ -612,21 +648,21 @@ class AgentSession:
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
             except ResumeConflictError:
                 # this replica's copy may be behind one that answered it or suspended it again
-                state = await self._reread()
+                state = await self._reread_unless_busy()
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
             expires_at = request.expires_at
             if expires_at is not None and expires_at <= self._runtime.clock():
-                await self._answer(state, turn_id, request, {"expired": True})
+                await self._store_answer(state, turn_id, request, {"expired": True})
                 raise ResumeConflictError(
                     f"request {input_id} of turn {turn_id} already expired", expired=True
                 )
-            await self._answer(state, turn_id, request, {"value": value, "by": by}, granted)
+            await self._store_answer(state, turn_id, request, {"value": value, "by": by}, granted)
 
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
-        async with self._writing():
+        async with self._locked_and_leased():
             state = await self._loaded()
             suspended = _suspended_in(state)
             if (
@@ -640,11 +676,12 @@ class AgentSession:
             if expires_at is None:
                 return False
             if expires_at > self._runtime.clock():
-                # the loop's timer ran ahead of the wall clock (stepped back, say): again later
+                # The event loop's timer fired before the wall clock reached the deadline
+                # (the clock was set back, say), so the expiry is scheduled again.
                 self._runtime.schedule_expiry(self.key, suspended)
                 return False
             try:
-                await self._answer(state, turn_id, suspended.request, {"expired": True})
+                await self._store_answer(state, turn_id, suspended.request, {"expired": True})
             except ResumeConflictError:
                 return False  # a person answered in the meantime
             return True
@@ -685,7 +722,8 @@ class AgentSession:
             return not_waiting
         asked = REQUEST_ADAPTER.validate_python(answer.get("request"))
         if not is_answerer(turn_id, asked, by=by, granted=granted):
-            return not_waiting  # who answered, and how, is only for those who could have
+            # only someone who could have answered the request is told who did, and how
+            return not_waiting
         if answer.get("expired"):
             return ResumeConflictError(
                 f"request {input_id} of turn {turn_id} already expired", expired=True
@@ -698,7 +736,7 @@ class AgentSession:
             answer=value,
         )
 
-    async def _answer(
+    async def _store_answer(
         self,
         state: StoredSession,
         turn_id: str,
@@ -708,27 +746,31 @@ class AgentSession:
     ) -> None:
         record = state.turns[turn_id]
         resumed = moved(record, "queued", resumes=record.resumes + 1)
-        # the request goes with its answer: a later resume is checked against it, and
-        # the answer is only ever handed to the call that asked
+        # The request is stored with its answer: a later resume is checked against it,
+        # and the answer is only ever handed to the tool call that asked.
         kept = {**answer, "call": request.call_id, "request": request.as_dict()}
         commit = Commit(
             steps=(StoredStep(answer_step(turn_id, request.id), turn_id, kept),),
             turns=(resumed,),
             status="running",
-            expect=((turn_id, "suspended"),),  # of two resumes racing, across processes, one wins
+            # written only if the turn is still suspended: of two resumes racing (two
+            # clicks, two processes), exactly one is applied
+            expect=((turn_id, "suspended"),),
         )
         try:
-            caller_left = await self._commit_through(commit)
+            caller_left = await self._commit_shielded(commit)
         except StoreConflictError:
-            await self._reread()  # another process answered: read what it wrote
+            await self._reread_unless_busy()  # another process answered: read what it wrote
             raise await self._not_suspended_error(
                 turn_id, request.id, answer.get("by"), granted
             ) from None
         apply_commit(state, commit)
         self._runtime.cancel_expiry(self.key, turn_id)
         self._queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
+        # If the runtime is closed, the answer is stored all the same and the turn runs at
+        # the next start.
         with contextlib.suppress(RuntimeClosedError):
-            self._start_worker()  # closed: the answer is stored, the turn runs at next start
+            self._start_worker()
         if caller_left:
             raise asyncio.CancelledError
 
@@ -744,17 +786,17 @@ class AgentSession:
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
-        async with self._writing(take=False):
+        async with self._locked():
             state = await self._loaded()
             record = state.turns.get(turn_id)
             if record is None:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
-            self._enqueue_unfinished(record)
+            self._queue_if_unfinished(record)
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
-        async with self._writing(wait=False) as held:
-            if not held:
+        async with self._locked_and_leased(wait=False) as lease_held:
+            if not lease_held:
                 return  # another live process writes it; it ends the suspend when it runs
             state = await self._loaded()
             suspended = _suspended_in(state)
@@ -767,12 +809,12 @@ class AgentSession:
 
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
-        async with self._writing(take=False):
+        async with self._locked():
             state = await self._loaded()
             if state.reset_through is not None:
                 self._start_worker()
 
-    def _enqueue_unfinished(self, record: TurnRecord) -> None:
+    def _queue_if_unfinished(self, record: TurnRecord) -> None:
         is_known_here = record.turn_id == self._active or record.turn_id in self._queue
         if record.is_unfinished and not is_known_here:
             self._enqueue(record.turn_id)
@@ -851,7 +893,8 @@ class AgentSession:
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
         stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
         if self._halted is not None and record.is_unfinished:
-            queue.put_nowait(self._halted_event(turn_id))  # it will not move until a restart
+            # the session is halted: the turn will not move until the runtime starts again
+            queue.put_nowait(self._halted_event(turn_id))
         try:
             while True:
                 event = await queue.get()
@@ -872,15 +915,16 @@ class AgentSession:
             self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
 
     def _is_suspended(self) -> bool:
-        # turns queued behind a suspended one wait: they would follow a call with no result
+        # Turns queued behind a suspended turn wait: they would follow a tool call that has
+        # no result yet.
         return self._state is not None and self._state.status == "suspended"
 
     async def _drain(self) -> None:
         try:
             while self._halted is None:
                 try:
-                    # before each turn: the session may have moved to another process meanwhile
-                    await self._hold()
+                    # before each turn: another process may have taken the session meanwhile
+                    await self._take_lease_and_catch_up()
                 except RuntimeClosedError:
                     return  # closed while it waited for another process
                 except Exception as exc:
@@ -900,7 +944,7 @@ class AgentSession:
         finally:
             self._worker = None
             if not self._admit_lock.locked() and not self._runtime.is_closed:
-                await drop_quietly(self._lease)  # closing: the runtime lets it go
+                await drop_quietly(self._lease)  # a closing runtime lets the leases go itself
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""
@@ -919,7 +963,7 @@ class AgentSession:
         try:
             await self._runtime.store.commit(self.key, commit)
         except LeaseLostError:
-            self._stand_down("(reset)", token)
+            self._stop_after_takeover("(reset)", token)
             return
         except Exception as exc:
             self._halt("(reset)", exc)
@@ -956,7 +1000,7 @@ class AgentSession:
         try:
             result = await run.run()
         except LeaseLostError:
-            self._stand_down(turn_id, token)
+            self._stop_after_takeover(turn_id, token)
             return
         except Exception as exc:
             self._halt(turn_id, exc)
@@ -969,7 +1013,7 @@ class AgentSession:
             if not waiter.done():
                 waiter.set_result(result)
 
-    def _stand_down(self, turn_id: str, token: str) -> None:
+    def _stop_after_takeover(self, turn_id: str, token: str) -> None:
         """Stop writing, when another process took the session on while a turn ran here.
 
         Nothing of the refused write landed. The worker waits for the lease, reads
@@ -979,7 +1023,9 @@ class AgentSession:
         if self._lease.token == token:
             self._lease.lost()
         else:
-            self._lease.stale = True  # taken back here since, under a newer token
+            # The lease was lost and taken back here since, under a newer token: it stays
+            # held, but the session is read again before the next turn.
+            self._lease.stale = True
 
     def _halt(self, turn_id: str, exc: Exception) -> None:
         """Stop running turns here until the next start, after the store failed under one.
