@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -50,8 +49,16 @@ from agent.core.turns import (
     phase_of,
 )
 from agent.definition.tools import describe_error
-from agent.engine.lease import SessionLease, drop_quietly
+from agent.engine.lease import drop_quietly
 from agent.engine.replay import fold_turn
+from agent.engine.session._state import (
+    Observer,
+    SessionState,
+    is_held_by_suspend,
+    suspend_is_ending,
+    suspended_in,
+    unfinished_turns,
+)
 from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
 from agent.engine.turn.run import TurnRun
 from agent.errors import (
@@ -59,9 +66,7 @@ from agent.errors import (
     LeaseLostError,
     ResumeConflictError,
     RuntimeClosedError,
-    SessionSuspendedError,
     StoreConflictError,
-    StoreError,
     TurnCancelledError,
     TurnFailedError,
     TurnSuspendedError,
@@ -76,8 +81,6 @@ __all__ = ["AgentSession", "Observer"]
 
 logger = logging.getLogger("agent")
 
-Observer = Callable[[TurnEvent], None]
-
 
 class AgentSession:
     """The turns of one session, addressed by ``(agent, session id)``.
@@ -87,73 +90,30 @@ class AgentSession:
     """
 
     def __init__(self, runtime: SessionHost, key: SessionKey) -> None:
-        self._runtime = runtime
-        self._agent = runtime.agent(key.agent)
         self.key = key
-        self._state: StoredSession | None = None
-        self._load_lock = asyncio.Lock()
-        self._admit_lock = asyncio.Lock()
-        self._queue: deque[str] = deque()
-        self._worker: asyncio.Task[None] | None = None
-        self._active: str | None = None
-        self._waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
-        self._observers: list[tuple[str | None, Observer]] = []
-        self._halted: str | None = None
-        """Why this session stopped running turns until the next start, if it did."""
-        self._queued_unfinished = False
-        """Whether unfinished turns of the loaded state were queued (once per load)."""
-        self._running: TurnRun | None = None
-        self._reset_done: asyncio.Future[SessionReset] | None = None
-        self._lease = SessionLease(
-            runtime.store,
-            key,
-            runtime.holder,
-            seconds=runtime.lease_seconds,
-            closed=lambda: runtime.is_closed,
-        )
-        self._catching_up = asyncio.Lock()
-        self._write_token: str | None = None
-        """The lease token the admission in progress took; its writes are fenced by it."""
-
-    async def _loaded(self) -> StoredSession:
-        # The session is read from the store once. After that, every commit made here is
-        # mirrored into this copy, so no step reads the history again.
-        if self._state is None:
-            async with self._load_lock:
-                if self._state is None:
-                    self._state = await self._runtime.store.load(self.key)
-                    self._queued_unfinished = False
-        self._runtime.note_loaded(self.key)
-        return self._state
+        self._shared = SessionState(runtime, key)
 
     @property
     def is_idle(self) -> bool:
         """Nothing runs, waits, watches or is being admitted here right now."""
-        return (
-            self._worker is None
-            and not self._queue
-            and not self._waiters
-            and not self._observers
-            and not self._admit_lock.locked()
-            and not self._load_lock.locked()
-        )
+        return self._shared.is_idle
 
     def unload(self) -> None:
         """Drop the in-memory copy of an idle session; the next use reads it again."""
         if self.is_idle:
-            self._state = None
+            self._shared.in_memory = None
 
     async def status(self) -> SessionStatus:
         """``new``, ``idle``, ``running`` or ``suspended``."""
-        return (await self._loaded()).status
+        return (await self._shared.loaded()).status
 
     async def transcript(self) -> list[Message]:
         """The live generation's messages, oldest first."""
-        return list((await self._loaded()).transcript)
+        return list((await self._shared.loaded()).transcript)
 
     async def turns(self) -> list[TurnRecord]:
         """Every turn of the session, in admission order."""
-        return sorted((await self._loaded()).turns.values(), key=lambda t: t.seq)
+        return sorted((await self._shared.loaded()).turns.values(), key=lambda t: t.seq)
 
     async def start(
         self, input: str | TurnInput, *, turn_id: str | None = None, replace: bool = False
@@ -182,34 +142,35 @@ class AgentSession:
             RuntimeClosedError: The runtime was closed.
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
-        self._runtime.check_open()
+        self._shared.host.check_open()
         async with self._locked_and_leased():
-            state = await self._loaded()
+            state = await self._shared.loaded()
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
             if known is None or known.is_unfinished:
-                self._refuse_if_halted()
+                self._shared.refuse_if_halted()
             if known is not None:
                 # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
                 self._queue_if_unfinished(known)
                 return turn_id
             if turn_id in state.retired:
                 return turn_id  # a redelivered turn that a reset archived: nothing is left to run
-            if _is_held_by_suspend(state):
-                state = await self._reread_unless_busy()  # another process may have resumed it
-                if _is_held_by_suspend(state):
-                    raise self._suspended_error(state)
-            if not self._queued_unfinished:
+            if is_held_by_suspend(state):
+                # another process may have resumed it
+                state = await self._shared.reread_unless_busy()
+                if is_held_by_suspend(state):
+                    raise self._shared.suspended_error(state)
+            if not self._shared.queued_unfinished:
                 # turns left unfinished on disk and not queued here yet run before this one
                 self._queue_unfinished_turns(state)
             plan = _CancelPlan()
             if replace:
-                plan = self._plan_cancel(state, _unfinished(state), "replaced")
+                plan = self._plan_cancel(state, unfinished_turns(state), "replaced")
             seq = max((t.seq for t in state.turns.values()), default=0) + 1
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
-            ahead = [q for q in self._queue if q not in plan.ended_ids]
+            ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
             if (
-                self._worker is None
+                self._shared.worker is None
                 and not ahead
                 and not plan.cancels
                 and state.reset_through is None
@@ -254,18 +215,18 @@ class AgentSession:
         Raises:
             UnknownTurnError: The session has no such turn.
         """
-        self._runtime.check_open()
+        self._shared.host.check_open()
         async with self._locked_and_leased():
-            state = await self._loaded()
+            state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
-                raise UnknownTurnError(self._no_turn(state, turn_id))
+                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
             if record.status == "suspended":
-                state = await self._reread_unless_busy()
+                state = await self._shared.reread_unless_busy()
                 record = state.turns[turn_id]
             if record.is_ended:
                 return False
-            self._refuse_if_halted()
+            self._shared.refuse_if_halted()
             plan = self._plan_cancel(state, [record], reason)
             await self._apply_cancel(state, plan, Commit())
             return True
@@ -282,17 +243,17 @@ class AgentSession:
         Returns:
             The archived address (``<session>#g<n>``) and the new generation.
         """
-        self._runtime.check_open()
+        self._shared.host.check_open()
         async with self._locked_and_leased():
-            state = await self._reread_unless_busy()
-            self._refuse_if_halted()
+            state = await self._shared.reread_unless_busy()
+            self._shared.refuse_if_halted()
             # A reset asked for while another is pending extends that one over the turns
             # admitted since.
             through = max((t.seq for t in state.turns.values()), default=0)
-            plan = self._plan_cancel(state, _unfinished(state, suspended_too=True), "reset")
+            plan = self._plan_cancel(state, unfinished_turns(state, suspended_too=True), "reset")
             commit = plan.commit(Commit(reset_through=through))
             caller_left = await self._commit_cancel(state, plan, commit)
-            done = self._reset_future()
+            done = self._shared.reset_future()
             # The worker carries the reset out even if the caller has left: it is stored.
             self._start_worker()
             if caller_left:
@@ -301,16 +262,7 @@ class AgentSession:
 
     async def archived(self, generation: int) -> Archive | None:
         """The history a reset archived as ``generation`` (None if there is no such one)."""
-        return await self._runtime.store.load_archive(self.key, generation)
-
-    def _reset_future(self) -> asyncio.Future[SessionReset]:
-        if self._reset_done is None or self._reset_done.done():
-            done: asyncio.Future[SessionReset] = asyncio.get_running_loop().create_future()
-            # Its callers wait on it through asyncio.shield and may all have left, so an
-            # exception nobody retrieves is expected: reading it here keeps asyncio quiet.
-            done.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._reset_done = done
-        return self._reset_done
+        return await self._shared.host.store.load_archive(self.key, generation)
 
     def _plan_cancel(
         self, state: StoredSession, records: list[TurnRecord], reason: str
@@ -319,7 +271,7 @@ class AgentSession:
         plan = _CancelPlan()
         for record in records:
             turn_id = record.turn_id
-            if turn_id == self._active:
+            if turn_id == self._shared.active:
                 # This process runs the turn (it may be writing the turn's suspend right
                 # now), so only the request is stored: the run sees it at its next
                 # boundary and ends the turn itself.
@@ -350,10 +302,10 @@ class AgentSession:
         """
         # While this write is in flight, the worker must not pick up a turn the write
         # ends, so those turns leave the queue first.
-        queued = list(self._queue)
+        queued = list(self._shared.queue)
         withdrawn = {t for t in queued if t in plan.ended_ids}
         for turn_id in withdrawn:
-            self._queue.remove(turn_id)
+            self._shared.queue.remove(turn_id)
         asked = self._stop_at_next_boundary(state, plan)
         try:
             caller_left = await self._commit_shielded(commit)
@@ -363,14 +315,14 @@ class AgentSession:
                 state.cancels.pop(turn_id, None)
             # Under the admit lock nothing joins the queue; the worker may only have taken
             # turns from its head meanwhile, so the turns still queued keep their order.
-            still = set(self._queue) | withdrawn
-            self._queue.clear()
-            self._queue.extend(t for t in queued if t in still)
+            still = set(self._shared.queue) | withdrawn
+            self._shared.queue.clear()
+            self._shared.queue.extend(t for t in queued if t in still)
             if withdrawn:
                 with contextlib.suppress(RuntimeClosedError):
                     self._start_worker()
             if isinstance(exc, StoreConflictError):
-                await self._reread_unless_busy()
+                await self._shared.reread_unless_busy()
                 raise ConflictError(
                     f"{self.key}: a turn changed under the cancel (another runtime on this "
                     "store answered or ended it first); try again"
@@ -395,7 +347,7 @@ class AgentSession:
         asked = [turn_id for turn_id, _ in plan.cancels if turn_id not in state.cancels]
         for turn_id, reason in plan.cancels:
             state.cancels.setdefault(turn_id, reason)
-        running = self._running
+        running = self._shared.running
         if running is not None and running.turn_id in asked:
             running.interrupt()
         return asked
@@ -403,7 +355,7 @@ class AgentSession:
     def _announce_ended(self, plan: _CancelPlan) -> None:
         """Tell everyone about turns a committed plan ended."""
         for result in plan.ended:
-            self._runtime.cancel_expiry(self.key, result.turn_id)
+            self._shared.host.cancel_expiry(self.key, result.turn_id)
             self._emit(
                 TurnCancelled(
                     agent=self.key.agent,
@@ -413,18 +365,13 @@ class AgentSession:
                     reason=result.reason,
                 )
             )
-            for waiter in self._waiters.pop(result.turn_id, []):
+            for waiter in self._shared.waiters.pop(result.turn_id, []):
                 if not waiter.done():
                     waiter.set_result(result)
-        if plan.ended and self._queue:
+        if plan.ended and self._shared.queue:
             with contextlib.suppress(RuntimeClosedError):
                 # a withdrawn suspend no longer holds back the turns queued behind it
                 self._start_worker()
-
-    def _no_turn(self, state: StoredSession, turn_id: str) -> str:
-        if turn_id in state.retired:
-            return f"{self.key}: turn {turn_id} was archived by a reset"
-        return f"{self.key}: no turn {turn_id}"
 
     async def _commit_shielded(self, commit: Commit) -> bool:
         """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
@@ -442,8 +389,10 @@ class AgentSession:
         # The write is fenced by the lease token this admission took (outside one, the
         # current token). If the lease was lost and taken again since, the write was
         # planned on a copy that may be stale, and the store refuses it.
-        commit = dataclasses.replace(commit, holder=self._write_token or self._lease.token)
-        writing = asyncio.ensure_future(self._runtime.store.commit(self.key, commit))
+        commit = dataclasses.replace(
+            commit, holder=self._shared.write_token or self._shared.lease.token
+        )
+        writing = asyncio.ensure_future(self._shared.host.store.commit(self.key, commit))
         caller_left = False
         while not writing.done():
             try:
@@ -467,23 +416,26 @@ class AgentSession:
             live process to let the lease go, so it does; with ``wait`` False it does
             not wait, and False means another live process holds the lease.
         """
-        async with self._admit_lock:
-            self._write_token = None
+        async with self._shared.admit_lock:
+            self._shared.write_token = None
             try:
                 held = await self._take_lease_and_catch_up(wait=wait)
                 if held:
-                    self._write_token = self._lease.token
+                    self._shared.write_token = self._shared.lease.token
                 yield held
             except LeaseLostError:
-                if self._write_token is not None and self._write_token == self._lease.token:
+                if (
+                    self._shared.write_token is not None
+                    and self._shared.write_token == self._shared.lease.token
+                ):
                     # The store refused a write made under the token taken here: another
                     # process took the lease meanwhile.
-                    self._lease.lost()
+                    self._shared.lease.lost()
                 raise
             finally:
-                self._write_token = None
-                if self._worker is None and self._lease.is_held:
-                    await drop_quietly(self._lease)
+                self._shared.write_token = None
+                if self._shared.worker is None and self._shared.lease.is_held:
+                    await drop_quietly(self._shared.lease)
 
     @asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
@@ -492,19 +444,19 @@ class AgentSession:
         Recovery only queues turns; the worker takes the lease when it runs them. A
         lease still held at the end is let go if no turn runs here by then.
         """
-        async with self._admit_lock:
+        async with self._shared.admit_lock:
             try:
                 yield
             finally:
-                if self._worker is None and self._lease.is_held:
-                    await drop_quietly(self._lease)
+                if self._shared.worker is None and self._shared.lease.is_held:
+                    await drop_quietly(self._shared.lease)
 
     async def _take_lease_and_catch_up(self, *, wait: bool = True) -> bool:
         """Take the session's lease; read the session again if another process had it."""
-        if not await self._lease.take(wait=wait):
+        if not await self._shared.lease.take(wait=wait):
             return False
-        if self._lease.stale:
-            if self._active is not None:
+        if self._shared.lease.stale:
+            if self._shared.active is not None:
                 # A run here lost the lease while it ran. The run stops at its next commit
                 # and the worker reads the session again; until then this copy may be
                 # stale, so no write is planned on it.
@@ -520,17 +472,19 @@ class AgentSession:
         Turns queued here are queued again from the store (one behind a suspend
         included); those waiting on a turn that ended elsewhere are answered.
         """
-        async with self._catching_up:
-            if not self._lease.stale:
+        async with self._shared.catching_up:
+            if not self._shared.lease.stale:
                 return  # the worker or an admission caught up while this one waited
-            before = self._state.generation if self._state is not None else None
-            self._state = None
-            self._queue.clear()
-            state = await self._loaded()
-            self._lease.stale = False
+            before = (
+                self._shared.in_memory.generation if self._shared.in_memory is not None else None
+            )
+            self._shared.in_memory = None
+            self._shared.queue.clear()
+            state = await self._shared.loaded()
+            self._shared.lease.stale = False
             self._queue_unfinished_turns(state)
             self._settle_waiters(state)
-            done = self._reset_done
+            done = self._shared.reset_done
             reset_elsewhere = before is not None and state.generation > before
             if done is not None and not done.done() and reset_elsewhere:
                 # the reset asked here was carried out by another process
@@ -545,57 +499,41 @@ class AgentSession:
         """Queue every unfinished turn this process has not picked up, oldest first."""
         for record in sorted(state.turns.values(), key=lambda t: t.seq):
             self._queue_if_unfinished(record)
-        self._queued_unfinished = True
+        self._shared.queued_unfinished = True
 
     def _settle_waiters(self, state: StoredSession) -> None:
         """Answer those waiting on turns that ended in another process."""
-        for turn_id in list(self._waiters):
+        for turn_id in list(self._shared.waiters):
             record = state.turns.get(turn_id)
             if turn_id in state.retired:
-                archived = UnknownTurnError(self._no_turn(state, turn_id))
-                for waiter in self._waiters.pop(turn_id):
+                archived = UnknownTurnError(self._shared.no_turn(state, turn_id))
+                for waiter in self._shared.waiters.pop(turn_id):
                     if not waiter.done():
                         waiter.set_exception(archived)
                 continue
             outcome = outcome_of(record, state.cancels) if record is not None else None
             if outcome is None:
                 continue
-            for waiter in self._waiters.pop(turn_id):
+            for waiter in self._shared.waiters.pop(turn_id):
                 if not waiter.done():
                     waiter.set_result(outcome)
-
-    async def _reread_unless_busy(self) -> StoredSession:
-        """Read the session again when nothing here runs (another process may have moved it)."""
-        if self._worker is None and not self._queue and self._state is not None:
-            self._state = None
-        return await self._loaded()
-
-    def _suspended_error(self, state: StoredSession) -> SessionSuspendedError:
-        suspended = _suspended_in(state)
-        waiting = (
-            f" (turn {suspended.turn_id} waits on {suspended.request.id!r})" if suspended else ""
-        )
-        return SessionSuspendedError(
-            f"{self.key} is waiting for a person's answer{waiting}; "
-            "no other turn starts until it is answered"
-        )
 
     # -- human in the loop ------------------------------------------------------
 
     @property
     def runtime(self) -> SessionHost:
         """The runtime hosting this session."""
-        return self._runtime
+        return self._shared.host
 
     @property
     def agent(self) -> Agent:
         """The agent whose session this is."""
-        return self._agent
+        return self._shared.agent
 
     async def suspended(self) -> Suspended | None:
         """The checkpoint of the turn this session is suspended on, if it is."""
-        state = await self._loaded()
-        return None if _suspend_is_ending(state) else _suspended_in(state)
+        state = await self._shared.loaded()
+        return None if suspend_is_ending(state) else suspended_in(state)
 
     async def pending(self) -> InputRequest | None:
         """The request the session is suspended on, if it is."""
@@ -604,7 +542,7 @@ class AgentSession:
 
     async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:
         """How request ``input_id`` of ``turn_id`` was settled, or None while it is open."""
-        steps = await self._runtime.store.load_steps(self.key, turn_id)
+        steps = await self._shared.host.store.load_steps(self.key, turn_id)
         return StoredAnswer.from_memo(steps.get(answer_step(turn_id, input_id)))
 
     async def resume(
@@ -637,9 +575,9 @@ class AgentSession:
             ResumeAuthorizationError: The resumer may not answer this request.
             InvalidAnswerError: ``value`` does not match the request's schema.
         """
-        self._runtime.check_open()
+        self._shared.host.check_open()
         async with self._locked_and_leased():
-            state = await self._loaded()
+            state = await self._shared.loaded()
             if state.reset_through is not None:
                 raise ResumeConflictError(
                     f"{self.key} is being reset; its requests are withdrawn and archived"
@@ -648,12 +586,12 @@ class AgentSession:
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
             except ResumeConflictError:
                 # this replica's copy may be behind one that answered it or suspended it again
-                state = await self._reread_unless_busy()
+                state = await self._shared.reread_unless_busy()
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
             expires_at = request.expires_at
-            if expires_at is not None and expires_at <= self._runtime.clock():
+            if expires_at is not None and expires_at <= self._shared.host.clock():
                 await self._store_answer(state, turn_id, request, {"expired": True})
                 raise ResumeConflictError(
                     f"request {input_id} of turn {turn_id} already expired", expired=True
@@ -663,11 +601,11 @@ class AgentSession:
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
         async with self._locked_and_leased():
-            state = await self._loaded()
-            suspended = _suspended_in(state)
+            state = await self._shared.loaded()
+            suspended = suspended_in(state)
             if (
                 state.reset_through is not None
-                or _suspend_is_ending(state)
+                or suspend_is_ending(state)
                 or suspended is None
                 or (suspended.turn_id, suspended.request.id) != (turn_id, input_id)
             ):
@@ -675,10 +613,10 @@ class AgentSession:
             expires_at = suspended.request.expires_at
             if expires_at is None:
                 return False
-            if expires_at > self._runtime.clock():
+            if expires_at > self._shared.host.clock():
                 # The event loop's timer fired before the wall clock reached the deadline
                 # (the clock was set back, say), so the expiry is scheduled again.
-                self._runtime.schedule_expiry(self.key, suspended)
+                self._shared.host.schedule_expiry(self.key, suspended)
                 return False
             try:
                 await self._store_answer(state, turn_id, suspended.request, {"expired": True})
@@ -713,7 +651,7 @@ class AgentSession:
     async def _not_suspended_error(
         self, turn_id: str, input_id: str, by: str | None, granted: Grant | None
     ) -> ResumeConflictError:
-        steps = await self._runtime.store.load_steps(self.key, turn_id)
+        steps = await self._shared.host.store.load_steps(self.key, turn_id)
         answer = steps.get(answer_step(turn_id, input_id))
         not_waiting = ResumeConflictError(
             f"{self.key}: turn {turn_id} is not waiting for an answer"
@@ -760,13 +698,13 @@ class AgentSession:
         try:
             caller_left = await self._commit_shielded(commit)
         except StoreConflictError:
-            await self._reread_unless_busy()  # another process answered: read what it wrote
+            await self._shared.reread_unless_busy()  # another process answered: read what it wrote
             raise await self._not_suspended_error(
                 turn_id, request.id, answer.get("by"), granted
             ) from None
         apply_commit(state, commit)
-        self._runtime.cancel_expiry(self.key, turn_id)
-        self._queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
+        self._shared.host.cancel_expiry(self.key, turn_id)
+        self._shared.queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
         # If the runtime is closed, the answer is stored all the same and the turn runs at
         # the next start.
         with contextlib.suppress(RuntimeClosedError):
@@ -774,20 +712,10 @@ class AgentSession:
         if caller_left:
             raise asyncio.CancelledError
 
-    def _refuse_if_halted(self) -> None:
-        if self._halted is not None:
-            raise self._halted_error()
-
-    def _halted_error(self) -> StoreError:
-        return StoreError(
-            f"{self.key} halted after an internal error ({self._halted}); "
-            "its turns resume when the runtime starts again"
-        )
-
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
         async with self._locked():
-            state = await self._loaded()
+            state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
@@ -798,9 +726,9 @@ class AgentSession:
         async with self._locked_and_leased(wait=False) as lease_held:
             if not lease_held:
                 return  # another live process writes it; it ends the suspend when it runs
-            state = await self._loaded()
-            suspended = _suspended_in(state)
-            if suspended is None or suspended.turn_id == self._active:
+            state = await self._shared.loaded()
+            suspended = suspended_in(state)
+            if suspended is None or suspended.turn_id == self._shared.active:
                 return
             reason = state.cancels.get(suspended.turn_id)
             if reason is not None:
@@ -810,12 +738,14 @@ class AgentSession:
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
         async with self._locked():
-            state = await self._loaded()
+            state = await self._shared.loaded()
             if state.reset_through is not None:
                 self._start_worker()
 
     def _queue_if_unfinished(self, record: TurnRecord) -> None:
-        is_known_here = record.turn_id == self._active or record.turn_id in self._queue
+        is_known_here = (
+            record.turn_id == self._shared.active or record.turn_id in self._shared.queue
+        )
         if record.is_unfinished and not is_known_here:
             self._enqueue(record.turn_id)
 
@@ -825,17 +755,17 @@ class AgentSession:
         Raises:
             UnknownTurnError: The session has no such turn.
         """
-        state = await self._loaded()
+        state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(self._no_turn(state, turn_id))
+            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
         # a suspend whose cancel its run is writing is not how the turn ends
         outcome = outcome_of(record, state.cancels)
         if outcome is not None:
             return outcome
-        self._refuse_if_halted()
+        self._shared.refuse_if_halted()
         waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(turn_id, []).append(waiter)
+        self._shared.waiters.setdefault(turn_id, []).append(waiter)
         return await waiter
 
     async def turn(
@@ -874,25 +804,27 @@ class AgentSession:
         Returns:
             A function that stops the subscription.
         """
-        state = await self._loaded()
+        state = await self._shared.loaded()
         if replay and turn_id is not None and turn_id in state.turns:
             for event in fold_turn(self.key, state, state.turns[turn_id]):
                 callback(event)
         entry = (turn_id, callback)
-        self._observers.append(entry)
-        return lambda: self._observers.remove(entry) if entry in self._observers else None
+        self._shared.observers.append(entry)
+        return lambda: (
+            self._shared.observers.remove(entry) if entry in self._shared.observers else None
+        )
 
     async def stream(self, turn_id: str, *, replay: bool = True) -> AsyncIterator[TurnEvent]:
         """Iterate the events of one turn until its terminal event."""
-        state = await self._loaded()
+        state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(self._no_turn(state, turn_id))
+            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
         if not replay and not record.is_unfinished:
             return
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
         stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
-        if self._halted is not None and record.is_unfinished:
+        if self._shared.halted is not None and record.is_unfinished:
             # the session is halted: the turn will not move until the runtime starts again
             queue.put_nowait(self._halted_event(turn_id))
         try:
@@ -907,21 +839,21 @@ class AgentSession:
     # -- the session's turn chain ---------------------------------------------
 
     def _enqueue(self, turn_id: str) -> None:
-        self._queue.append(turn_id)
+        self._shared.queue.append(turn_id)
         self._start_worker()
 
     def _start_worker(self) -> None:
-        if self._worker is None and self._halted is None:
-            self._worker = self._runtime.spawn(self._drain(), name=f"session {self.key}")
+        if self._shared.worker is None and self._shared.halted is None:
+            self._shared.worker = self._shared.host.spawn(self._drain(), name=f"session {self.key}")
 
     def _is_suspended(self) -> bool:
         # Turns queued behind a suspended turn wait: they would follow a tool call that has
         # no result yet.
-        return self._state is not None and self._state.status == "suspended"
+        return self._shared.in_memory is not None and self._shared.in_memory.status == "suspended"
 
     async def _drain(self) -> None:
         try:
-            while self._halted is None:
+            while self._shared.halted is None:
                 try:
                     # before each turn: another process may have taken the session meanwhile
                     await self._take_lease_and_catch_up()
@@ -933,35 +865,36 @@ class AgentSession:
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
-                if not self._queue or self._is_suspended():
+                if not self._shared.queue or self._is_suspended():
                     break
-                turn_id = self._queue.popleft()
-                self._active = turn_id
+                turn_id = self._shared.queue.popleft()
+                self._shared.active = turn_id
                 try:
                     await self._run(turn_id)
                 finally:
-                    self._active = None
+                    self._shared.active = None
         finally:
-            self._worker = None
-            if not self._admit_lock.locked() and not self._runtime.is_closed:
-                await drop_quietly(self._lease)  # a closing runtime lets the leases go itself
+            self._shared.worker = None
+            if not self._shared.admit_lock.locked() and not self._shared.host.is_closed:
+                # a closing runtime lets the leases go itself
+                await drop_quietly(self._shared.lease)
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""
-        state = self._state
+        state = self._shared.in_memory
         if state is None or state.reset_through is None:
             return False
-        head = state.turns.get(self._queue[0]) if self._queue else None
+        head = state.turns.get(self._shared.queue[0]) if self._shared.queue else None
         return head is None or head.seq > state.reset_through
 
     async def _carry_out_reset(self) -> None:
-        state = self._state
+        state = self._shared.in_memory
         assert state is not None
         archived = state.generation
-        token = self._lease.token
+        token = self._shared.lease.token
         commit = Commit(archive=True, holder=token)
         try:
-            await self._runtime.store.commit(self.key, commit)
+            await self._shared.host.store.commit(self.key, commit)
         except LeaseLostError:
             self._stop_after_takeover("(reset)", token)
             return
@@ -970,7 +903,7 @@ class AgentSession:
             return
         apply_commit(state, commit)
         logger.info("%s reset: generation %d archived", self.key, archived)
-        done = self._reset_done
+        done = self._shared.reset_done
         if done is not None and not done.done():
             done.set_result(
                 SessionReset(
@@ -980,23 +913,23 @@ class AgentSession:
             )
 
     async def _run(self, turn_id: str) -> None:
-        state = await self._loaded()
+        state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None or not record.is_unfinished:
             self._settle_waiters(state)
             return
-        token = self._lease.token
+        token = self._shared.lease.token
         run = TurnRun(
-            agent=self._agent,
-            store=self._runtime.store,
+            agent=self._shared.agent,
+            store=self._shared.host.store,
             key=self.key,
             state=state,
             record=record,
             emit=self._emit,
-            clock=self._runtime.clock,
+            clock=self._shared.host.clock,
             holder=token,
         )
-        self._running = run
+        self._shared.running = run
         try:
             result = await run.run()
         except LeaseLostError:
@@ -1006,10 +939,10 @@ class AgentSession:
             self._halt(turn_id, exc)
             return
         finally:
-            self._running = None
+            self._shared.running = None
         if isinstance(result, Suspended):
-            self._runtime.schedule_expiry(self.key, result)
-        for waiter in self._waiters.pop(turn_id, []):
+            self._shared.host.schedule_expiry(self.key, result)
+        for waiter in self._shared.waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
 
@@ -1020,12 +953,12 @@ class AgentSession:
         the session again, and goes on with whatever is still unfinished then.
         """
         logger.warning("%s: another process took the session on during %s", self.key, turn_id)
-        if self._lease.token == token:
-            self._lease.lost()
+        if self._shared.lease.token == token:
+            self._shared.lease.lost()
         else:
             # The lease was lost and taken back here since, under a newer token: it stays
             # held, but the session is read again before the next turn.
-            self._lease.stale = True
+            self._shared.lease.stale = True
 
     def _halt(self, turn_id: str, exc: Exception) -> None:
         """Stop running turns here until the next start, after the store failed under one.
@@ -1036,9 +969,9 @@ class AgentSession:
         call), so nothing more runs in this session until then.
         """
         logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
-        self._halted = describe_error(exc)
-        self._queue.clear()
-        error = self._halted_error()
+        self._shared.halted = describe_error(exc)
+        self._shared.queue.clear()
+        error = self._shared.halted_error()
         self._fail_waiters(lambda turn_id: error)
         # observers and streams of the turn learn that this run is over
         self._emit(self._halted_event(turn_id))
@@ -1049,13 +982,13 @@ class AgentSession:
             session=self.key.session_id,
             turn_id=turn_id,
             seq=0,
-            error=f"internal error: {self._halted}",
+            error=f"internal error: {self._shared.halted}",
         )
 
     async def let_go(self) -> None:
         """Give up the session's lease as the runtime closes."""
-        await drop_quietly(self._lease)
-        self._lease.forget()
+        await drop_quietly(self._shared.lease)
+        self._shared.lease.forget()
 
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""
@@ -1067,30 +1000,30 @@ class AgentSession:
         )
 
     def _fail_waiters(self, error_for: Callable[[str], Exception]) -> None:
-        for turn_id, waiters in self._waiters.items():
+        for turn_id, waiters in self._shared.waiters.items():
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(error_for(turn_id))
-        self._waiters.clear()
-        resetting = self._reset_done
+        self._shared.waiters.clear()
+        resetting = self._shared.reset_done
         if resetting is not None and not resetting.done():
             resetting.set_exception(
                 RuntimeClosedError(
                     f"{self.key} stopped before its reset was carried out; "
                     "the next start carries it out"
                 )
-                if self._halted is None
-                else self._halted_error()
+                if self._shared.halted is None
+                else self._shared.halted_error()
             )
 
     def _emit(self, event: TurnEvent) -> None:
-        for wanted, callback in tuple(self._observers):
+        for wanted, callback in tuple(self._shared.observers):
             if wanted is None or wanted == event.turn_id:
                 try:
                     callback(event)
                 except Exception:
                     logger.exception("an observer of %s failed on %s", self.key, event.type)
-        self._runtime.emit(event)
+        self._shared.host.emit(event)
 
 
 class _CancelPlan:
@@ -1130,37 +1063,3 @@ class _CancelPlan:
             cancels=(*self.cancels, *base.cancels),
             status=base.status or self._status,
         )
-
-
-def _unfinished(state: StoredSession, *, suspended_too: bool = False) -> list[TurnRecord]:
-    """The turns not yet ended, in admission order (a suspended one too, if asked)."""
-    wanted = [
-        t for t in state.turns.values() if t.is_unfinished or (suspended_too and not t.is_ended)
-    ]
-    return sorted(wanted, key=lambda t: t.seq)
-
-
-def _is_held_by_suspend(state: StoredSession) -> bool:
-    """The session is suspended on a person's answer, so no other turn may start.
-
-    A suspend that a cancel is ending does not hold the session: its turn is ending.
-    """
-    return state.status == "suspended" and not _suspend_is_ending(state)
-
-
-def _suspend_is_ending(state: StoredSession) -> bool:
-    """The session's suspend was cancelled while being written; its run is ending it now."""
-    suspended = _suspended_in(state)
-    return suspended is not None and is_suspend_ending(
-        state.turns[suspended.turn_id], state.cancels
-    )
-
-
-def _suspended_in(state: StoredSession) -> Suspended | None:
-    """The checkpoint of the turn the session is suspended on, if it is."""
-    if state.status != "suspended":
-        return None
-    for record in state.turns.values():
-        if record.status == "suspended" and isinstance(record.result, Suspended):
-            return record.result
-    return None
