@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from agent._json import JsonValue
-from agent.core.events import TERMINAL_EVENT_TYPES, TurnCancelled, TurnEvent, TurnFailed
+from agent.core.events import TurnCancelled, TurnEvent
 from agent.core.hitl import (
     REQUEST_ADAPTER,
     Grant,
@@ -45,12 +45,10 @@ from agent.core.turns import (
     TurnResult,
     is_suspend_ending,
     moved,
-    outcome_of,
     phase_of,
 )
 from agent.definition.tools import describe_error
 from agent.engine.lease import drop_quietly
-from agent.engine.replay import fold_turn
 from agent.engine.session._state import (
     Observer,
     SessionState,
@@ -59,6 +57,7 @@ from agent.engine.session._state import (
     suspended_in,
     unfinished_turns,
 )
+from agent.engine.session._waiters import Waiters
 from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
 from agent.engine.turn.run import TurnRun
 from agent.errors import (
@@ -92,6 +91,7 @@ class AgentSession:
     def __init__(self, runtime: SessionHost, key: SessionKey) -> None:
         self.key = key
         self._shared = SessionState(runtime, key)
+        self._waiters = Waiters(self._shared)
 
     @property
     def is_idle(self) -> bool:
@@ -356,7 +356,7 @@ class AgentSession:
         """Tell everyone about turns a committed plan ended."""
         for result in plan.ended:
             self._shared.host.cancel_expiry(self.key, result.turn_id)
-            self._emit(
+            self._waiters.emit(
                 TurnCancelled(
                     agent=self.key.agent,
                     session=self.key.session_id,
@@ -365,9 +365,7 @@ class AgentSession:
                     reason=result.reason,
                 )
             )
-            for waiter in self._shared.waiters.pop(result.turn_id, []):
-                if not waiter.done():
-                    waiter.set_result(result)
+            self._waiters.settle(result.turn_id, result)
         if plan.ended and self._shared.queue:
             with contextlib.suppress(RuntimeClosedError):
                 # a withdrawn suspend no longer holds back the turns queued behind it
@@ -483,7 +481,7 @@ class AgentSession:
             state = await self._shared.loaded()
             self._shared.lease.stale = False
             self._queue_unfinished_turns(state)
-            self._settle_waiters(state)
+            self._waiters.settle_ended(state)
             done = self._shared.reset_done
             reset_elsewhere = before is not None and state.generation > before
             if done is not None and not done.done() and reset_elsewhere:
@@ -500,23 +498,6 @@ class AgentSession:
         for record in sorted(state.turns.values(), key=lambda t: t.seq):
             self._queue_if_unfinished(record)
         self._shared.queued_unfinished = True
-
-    def _settle_waiters(self, state: StoredSession) -> None:
-        """Answer those waiting on turns that ended in another process."""
-        for turn_id in list(self._shared.waiters):
-            record = state.turns.get(turn_id)
-            if turn_id in state.retired:
-                archived = UnknownTurnError(self._shared.no_turn(state, turn_id))
-                for waiter in self._shared.waiters.pop(turn_id):
-                    if not waiter.done():
-                        waiter.set_exception(archived)
-                continue
-            outcome = outcome_of(record, state.cancels) if record is not None else None
-            if outcome is None:
-                continue
-            for waiter in self._shared.waiters.pop(turn_id):
-                if not waiter.done():
-                    waiter.set_result(outcome)
 
     # -- human in the loop ------------------------------------------------------
 
@@ -755,18 +736,7 @@ class AgentSession:
         Raises:
             UnknownTurnError: The session has no such turn.
         """
-        state = await self._shared.loaded()
-        record = state.turns.get(turn_id)
-        if record is None:
-            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
-        # a suspend whose cancel its run is writing is not how the turn ends
-        outcome = outcome_of(record, state.cancels)
-        if outcome is not None:
-            return outcome
-        self._shared.refuse_if_halted()
-        waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        self._shared.waiters.setdefault(turn_id, []).append(waiter)
-        return await waiter
+        return await self._waiters.result(turn_id)
 
     async def turn(
         self, input: str | TurnInput, *, turn_id: str | None = None, replace: bool = False
@@ -804,37 +774,19 @@ class AgentSession:
         Returns:
             A function that stops the subscription.
         """
-        state = await self._shared.loaded()
-        if replay and turn_id is not None and turn_id in state.turns:
-            for event in fold_turn(self.key, state, state.turns[turn_id]):
-                callback(event)
-        entry = (turn_id, callback)
-        self._shared.observers.append(entry)
-        return lambda: (
-            self._shared.observers.remove(entry) if entry in self._shared.observers else None
-        )
+        return await self._waiters.observe(callback, turn_id=turn_id, replay=replay)
 
-    async def stream(self, turn_id: str, *, replay: bool = True) -> AsyncIterator[TurnEvent]:
-        """Iterate the events of one turn until its terminal event."""
-        state = await self._shared.loaded()
-        record = state.turns.get(turn_id)
-        if record is None:
-            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
-        if not replay and not record.is_unfinished:
-            return
-        queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
-        if self._shared.halted is not None and record.is_unfinished:
-            # the session is halted: the turn will not move until the runtime starts again
-            queue.put_nowait(self._halted_event(turn_id))
-        try:
-            while True:
-                event = await queue.get()
-                yield event
-                if event.type in TERMINAL_EVENT_TYPES:
-                    return
-        finally:
-            stop()
+    def stream(self, turn_id: str, *, replay: bool = True) -> AsyncIterator[TurnEvent]:
+        """Iterate the events of one turn until its terminal event.
+
+        Use it as ``async for event in session.stream(turn_id)``. With ``replay``,
+        the turn's committed history comes first (see `observe`); without it, a turn
+        that already ended yields nothing.
+
+        Raises:
+            UnknownTurnError: The session has no such turn (when iteration begins).
+        """
+        return self._waiters.stream(turn_id, replay=replay)
 
     # -- the session's turn chain ---------------------------------------------
 
@@ -916,7 +868,7 @@ class AgentSession:
         state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None or not record.is_unfinished:
-            self._settle_waiters(state)
+            self._waiters.settle_ended(state)
             return
         token = self._shared.lease.token
         run = TurnRun(
@@ -925,7 +877,7 @@ class AgentSession:
             key=self.key,
             state=state,
             record=record,
-            emit=self._emit,
+            emit=self._waiters.emit,
             clock=self._shared.host.clock,
             holder=token,
         )
@@ -942,9 +894,7 @@ class AgentSession:
             self._shared.running = None
         if isinstance(result, Suspended):
             self._shared.host.schedule_expiry(self.key, result)
-        for waiter in self._shared.waiters.pop(turn_id, []):
-            if not waiter.done():
-                waiter.set_result(result)
+        self._waiters.settle(turn_id, result)
 
     def _stop_after_takeover(self, turn_id: str, token: str) -> None:
         """Stop writing, when another process took the session on while a turn ran here.
@@ -972,18 +922,9 @@ class AgentSession:
         self._shared.halted = describe_error(exc)
         self._shared.queue.clear()
         error = self._shared.halted_error()
-        self._fail_waiters(lambda turn_id: error)
+        self._waiters.fail_all(lambda turn_id: error)
         # observers and streams of the turn learn that this run is over
-        self._emit(self._halted_event(turn_id))
-
-    def _halted_event(self, turn_id: str) -> TurnFailed:
-        return TurnFailed(
-            agent=self.key.agent,
-            session=self.key.session_id,
-            turn_id=turn_id,
-            seq=0,
-            error=f"internal error: {self._shared.halted}",
-        )
+        self._waiters.emit(self._waiters.halted_event(turn_id))
 
     async def let_go(self) -> None:
         """Give up the session's lease as the runtime closes."""
@@ -992,38 +933,7 @@ class AgentSession:
 
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""
-        self._fail_waiters(
-            lambda turn_id: RuntimeClosedError(
-                f"the runtime closed before turn {turn_id} of {self.key} ended; "
-                "it resumes from its last checkpoint on the next start"
-            )
-        )
-
-    def _fail_waiters(self, error_for: Callable[[str], Exception]) -> None:
-        for turn_id, waiters in self._shared.waiters.items():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(error_for(turn_id))
-        self._shared.waiters.clear()
-        resetting = self._shared.reset_done
-        if resetting is not None and not resetting.done():
-            resetting.set_exception(
-                RuntimeClosedError(
-                    f"{self.key} stopped before its reset was carried out; "
-                    "the next start carries it out"
-                )
-                if self._shared.halted is None
-                else self._shared.halted_error()
-            )
-
-    def _emit(self, event: TurnEvent) -> None:
-        for wanted, callback in tuple(self._shared.observers):
-            if wanted is None or wanted == event.turn_id:
-                try:
-                    callback(event)
-                except Exception:
-                    logger.exception("an observer of %s failed on %s", self.key, event.type)
-        self._shared.host.emit(event)
+        self._waiters.abandon()
 
 
 class _CancelPlan:
