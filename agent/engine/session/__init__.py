@@ -47,7 +47,6 @@ from agent.core.turns import (
     moved,
     phase_of,
 )
-from agent.definition.tools import describe_error
 from agent.engine.lease import drop_quietly
 from agent.engine.session._state import (
     Observer,
@@ -58,8 +57,8 @@ from agent.engine.session._state import (
     unfinished_turns,
 )
 from agent.engine.session._waiters import Waiters
+from agent.engine.session._worker import Worker
 from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
-from agent.engine.turn.run import TurnRun
 from agent.errors import (
     ConflictError,
     LeaseLostError,
@@ -92,6 +91,7 @@ class AgentSession:
         self.key = key
         self._shared = SessionState(runtime, key)
         self._waiters = Waiters(self._shared)
+        self._worker = Worker(self._shared, self._waiters)
 
     @property
     def is_idle(self) -> bool:
@@ -151,7 +151,7 @@ class AgentSession:
                 self._shared.refuse_if_halted()
             if known is not None:
                 # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
-                self._queue_if_unfinished(known)
+                self._worker.queue_if_unfinished(known)
                 return turn_id
             if turn_id in state.retired:
                 return turn_id  # a redelivered turn that a reset archived: nothing is left to run
@@ -162,7 +162,7 @@ class AgentSession:
                     raise self._shared.suspended_error(state)
             if not self._shared.queued_unfinished:
                 # turns left unfinished on disk and not queued here yet run before this one
-                self._queue_unfinished_turns(state)
+                self._worker.queue_unfinished_turns(state)
             plan = _CancelPlan()
             if replace:
                 plan = self._plan_cancel(state, unfinished_turns(state), "replaced")
@@ -170,7 +170,7 @@ class AgentSession:
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
             ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
             if (
-                self._shared.worker is None
+                self._shared.worker_task is None
                 and not ahead
                 and not plan.cancels
                 and state.reset_through is None
@@ -185,7 +185,7 @@ class AgentSession:
             # If the runtime closed meanwhile, the turn is admitted all the same and runs
             # at the next start.
             with contextlib.suppress(RuntimeClosedError):
-                self._enqueue(turn_id)
+                self._worker.enqueue(turn_id)
             if caller_left:
                 # The caller was cancelled while the admission was being written. The turn
                 # is admitted and runs anyway; only the caller's cancellation goes on.
@@ -255,7 +255,7 @@ class AgentSession:
             caller_left = await self._commit_cancel(state, plan, commit)
             done = self._shared.reset_future()
             # The worker carries the reset out even if the caller has left: it is stored.
-            self._start_worker()
+            self._worker.start()
             if caller_left:
                 raise asyncio.CancelledError
         return await asyncio.shield(done)
@@ -320,7 +320,7 @@ class AgentSession:
             self._shared.queue.extend(t for t in queued if t in still)
             if withdrawn:
                 with contextlib.suppress(RuntimeClosedError):
-                    self._start_worker()
+                    self._worker.start()
             if isinstance(exc, StoreConflictError):
                 await self._shared.reread_unless_busy()
                 raise ConflictError(
@@ -369,7 +369,7 @@ class AgentSession:
         if plan.ended and self._shared.queue:
             with contextlib.suppress(RuntimeClosedError):
                 # a withdrawn suspend no longer holds back the turns queued behind it
-                self._start_worker()
+                self._worker.start()
 
     async def _commit_shielded(self, commit: Commit) -> bool:
         """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
@@ -417,7 +417,7 @@ class AgentSession:
         async with self._shared.admit_lock:
             self._shared.write_token = None
             try:
-                held = await self._take_lease_and_catch_up(wait=wait)
+                held = await self._worker.take_lease_and_catch_up(wait=wait)
                 if held:
                     self._shared.write_token = self._shared.lease.token
                 yield held
@@ -432,7 +432,7 @@ class AgentSession:
                 raise
             finally:
                 self._shared.write_token = None
-                if self._shared.worker is None and self._shared.lease.is_held:
+                if self._shared.worker_task is None and self._shared.lease.is_held:
                     await drop_quietly(self._shared.lease)
 
     @asynccontextmanager
@@ -446,58 +446,8 @@ class AgentSession:
             try:
                 yield
             finally:
-                if self._shared.worker is None and self._shared.lease.is_held:
+                if self._shared.worker_task is None and self._shared.lease.is_held:
                     await drop_quietly(self._shared.lease)
-
-    async def _take_lease_and_catch_up(self, *, wait: bool = True) -> bool:
-        """Take the session's lease; read the session again if another process had it."""
-        if not await self._shared.lease.take(wait=wait):
-            return False
-        if self._shared.lease.stale:
-            if self._shared.active is not None:
-                # A run here lost the lease while it ran. The run stops at its next commit
-                # and the worker reads the session again; until then this copy may be
-                # stale, so no write is planned on it.
-                raise LeaseLostError(
-                    f"{self.key} was taken on by another process meanwhile; try again"
-                )
-            await self._catch_up()
-        return True
-
-    async def _catch_up(self) -> None:
-        """Read the session again after another process wrote it, and pick up where it is.
-
-        Turns queued here are queued again from the store (one behind a suspend
-        included); those waiting on a turn that ended elsewhere are answered.
-        """
-        async with self._shared.catching_up:
-            if not self._shared.lease.stale:
-                return  # the worker or an admission caught up while this one waited
-            before = (
-                self._shared.in_memory.generation if self._shared.in_memory is not None else None
-            )
-            self._shared.in_memory = None
-            self._shared.queue.clear()
-            state = await self._shared.loaded()
-            self._shared.lease.stale = False
-            self._queue_unfinished_turns(state)
-            self._waiters.settle_ended(state)
-            done = self._shared.reset_done
-            reset_elsewhere = before is not None and state.generation > before
-            if done is not None and not done.done() and reset_elsewhere:
-                # the reset asked here was carried out by another process
-                done.set_result(
-                    SessionReset(
-                        previous_session=f"{self.key.session_id}#g{state.generation - 1}",
-                        generation=state.generation,
-                    )
-                )
-
-    def _queue_unfinished_turns(self, state: StoredSession) -> None:
-        """Queue every unfinished turn this process has not picked up, oldest first."""
-        for record in sorted(state.turns.values(), key=lambda t: t.seq):
-            self._queue_if_unfinished(record)
-        self._shared.queued_unfinished = True
 
     # -- human in the loop ------------------------------------------------------
 
@@ -689,7 +639,7 @@ class AgentSession:
         # If the runtime is closed, the answer is stored all the same and the turn runs at
         # the next start.
         with contextlib.suppress(RuntimeClosedError):
-            self._start_worker()
+            self._worker.start()
         if caller_left:
             raise asyncio.CancelledError
 
@@ -700,7 +650,7 @@ class AgentSession:
             record = state.turns.get(turn_id)
             if record is None:
                 raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
-            self._queue_if_unfinished(record)
+            self._worker.queue_if_unfinished(record)
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
@@ -721,14 +671,7 @@ class AgentSession:
         async with self._locked():
             state = await self._shared.loaded()
             if state.reset_through is not None:
-                self._start_worker()
-
-    def _queue_if_unfinished(self, record: TurnRecord) -> None:
-        is_known_here = (
-            record.turn_id == self._shared.active or record.turn_id in self._shared.queue
-        )
-        if record.is_unfinished and not is_known_here:
-            self._enqueue(record.turn_id)
+                self._worker.start()
 
     async def result(self, turn_id: str) -> TurnResult:
         """Wait for the turn to end: completed, suspended, failed or cancelled.
@@ -787,144 +730,6 @@ class AgentSession:
             UnknownTurnError: The session has no such turn (when iteration begins).
         """
         return self._waiters.stream(turn_id, replay=replay)
-
-    # -- the session's turn chain ---------------------------------------------
-
-    def _enqueue(self, turn_id: str) -> None:
-        self._shared.queue.append(turn_id)
-        self._start_worker()
-
-    def _start_worker(self) -> None:
-        if self._shared.worker is None and self._shared.halted is None:
-            self._shared.worker = self._shared.host.spawn(self._drain(), name=f"session {self.key}")
-
-    def _is_suspended(self) -> bool:
-        # Turns queued behind a suspended turn wait: they would follow a tool call that has
-        # no result yet.
-        return self._shared.in_memory is not None and self._shared.in_memory.status == "suspended"
-
-    async def _drain(self) -> None:
-        try:
-            while self._shared.halted is None:
-                try:
-                    # before each turn: another process may have taken the session meanwhile
-                    await self._take_lease_and_catch_up()
-                except RuntimeClosedError:
-                    return  # closed while it waited for another process
-                except Exception as exc:
-                    self._halt("(taking the session)", exc)
-                    return
-                if self._is_reset_due():
-                    await self._carry_out_reset()
-                    continue
-                if not self._shared.queue or self._is_suspended():
-                    break
-                turn_id = self._shared.queue.popleft()
-                self._shared.active = turn_id
-                try:
-                    await self._run(turn_id)
-                finally:
-                    self._shared.active = None
-        finally:
-            self._shared.worker = None
-            if not self._shared.admit_lock.locked() and not self._shared.host.is_closed:
-                # a closing runtime lets the leases go itself
-                await drop_quietly(self._shared.lease)
-
-    def _is_reset_due(self) -> bool:
-        """A reset is pending and every turn it covers has ended."""
-        state = self._shared.in_memory
-        if state is None or state.reset_through is None:
-            return False
-        head = state.turns.get(self._shared.queue[0]) if self._shared.queue else None
-        return head is None or head.seq > state.reset_through
-
-    async def _carry_out_reset(self) -> None:
-        state = self._shared.in_memory
-        assert state is not None
-        archived = state.generation
-        token = self._shared.lease.token
-        commit = Commit(archive=True, holder=token)
-        try:
-            await self._shared.host.store.commit(self.key, commit)
-        except LeaseLostError:
-            self._stop_after_takeover("(reset)", token)
-            return
-        except Exception as exc:
-            self._halt("(reset)", exc)
-            return
-        apply_commit(state, commit)
-        logger.info("%s reset: generation %d archived", self.key, archived)
-        done = self._shared.reset_done
-        if done is not None and not done.done():
-            done.set_result(
-                SessionReset(
-                    previous_session=f"{self.key.session_id}#g{archived}",
-                    generation=state.generation,
-                )
-            )
-
-    async def _run(self, turn_id: str) -> None:
-        state = await self._shared.loaded()
-        record = state.turns.get(turn_id)
-        if record is None or not record.is_unfinished:
-            self._waiters.settle_ended(state)
-            return
-        token = self._shared.lease.token
-        run = TurnRun(
-            agent=self._shared.agent,
-            store=self._shared.host.store,
-            key=self.key,
-            state=state,
-            record=record,
-            emit=self._waiters.emit,
-            clock=self._shared.host.clock,
-            holder=token,
-        )
-        self._shared.running = run
-        try:
-            result = await run.run()
-        except LeaseLostError:
-            self._stop_after_takeover(turn_id, token)
-            return
-        except Exception as exc:
-            self._halt(turn_id, exc)
-            return
-        finally:
-            self._shared.running = None
-        if isinstance(result, Suspended):
-            self._shared.host.schedule_expiry(self.key, result)
-        self._waiters.settle(turn_id, result)
-
-    def _stop_after_takeover(self, turn_id: str, token: str) -> None:
-        """Stop writing, when another process took the session on while a turn ran here.
-
-        Nothing of the refused write landed. The worker waits for the lease, reads
-        the session again, and goes on with whatever is still unfinished then.
-        """
-        logger.warning("%s: another process took the session on during %s", self.key, turn_id)
-        if self._shared.lease.token == token:
-            self._shared.lease.lost()
-        else:
-            # The lease was lost and taken back here since, under a newer token: it stays
-            # held, but the session is read again before the next turn.
-            self._shared.lease.stale = True
-
-    def _halt(self, turn_id: str, exc: Exception) -> None:
-        """Stop running turns here until the next start, after the store failed under one.
-
-        What committed stays and the turn is still unfinished on disk, so the next
-        start-up resumes it. Running the next turn now would append after a
-        half-finished one (a tool call with no result wedges every later model
-        call), so nothing more runs in this session until then.
-        """
-        logger.exception("turn %s of %s stopped on an internal error", turn_id, self.key)
-        self._shared.halted = describe_error(exc)
-        self._shared.queue.clear()
-        error = self._shared.halted_error()
-        self._waiters.fail_all(lambda turn_id: error)
-        # observers and streams of the turn learn that this run is over
-        self._waiters.emit(self._waiters.halted_event(turn_id))
 
     async def let_go(self) -> None:
         """Give up the session's lease as the runtime closes."""

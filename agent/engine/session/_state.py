@@ -57,7 +57,7 @@ class SessionState:
         """Held by one admission at a time: a start, cancel, reset, resume or expiry."""
         self.queue: deque[str] = deque()
         """Turns to run here, in order; the worker takes them from the head."""
-        self.worker: asyncio.Task[None] | None = None
+        self.worker_task: asyncio.Task[None] | None = None
         """The task running this session's turns, while there is one."""
         self.active: str | None = None
         """The turn the worker is running, if any."""
@@ -98,7 +98,7 @@ class SessionState:
 
     async def reread_unless_busy(self) -> StoredSession:
         """Read the session again when nothing here runs (another process may have moved it)."""
-        if self.worker is None and not self.queue and self.in_memory is not None:
+        if self.worker_task is None and not self.queue and self.in_memory is not None:
             self.in_memory = None
         return await self.loaded()
 
@@ -106,7 +106,7 @@ class SessionState:
     def is_idle(self) -> bool:
         """Nothing runs, waits, watches or is being admitted here right now."""
         return (
-            self.worker is None
+            self.worker_task is None
             and not self.queue
             and not self.waiters
             and not self.observers
