@@ -8,7 +8,6 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from agent._json import JsonValue
@@ -58,10 +57,10 @@ from agent.engine.session._state import (
 )
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
+from agent.engine.session._writer import Writer
 from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
 from agent.errors import (
     ConflictError,
-    LeaseLostError,
     ResumeConflictError,
     RuntimeClosedError,
     StoreConflictError,
@@ -92,6 +91,7 @@ class AgentSession:
         self._shared = SessionState(runtime, key)
         self._waiters = Waiters(self._shared)
         self._worker = Worker(self._shared, self._waiters)
+        self._writer = Writer(self._shared, self._worker)
 
     @property
     def is_idle(self) -> bool:
@@ -143,7 +143,7 @@ class AgentSession:
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
         self._shared.host.check_open()
-        async with self._locked_and_leased():
+        async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
             turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
@@ -216,7 +216,7 @@ class AgentSession:
             UnknownTurnError: The session has no such turn.
         """
         self._shared.host.check_open()
-        async with self._locked_and_leased():
+        async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
@@ -244,7 +244,7 @@ class AgentSession:
             The archived address (``<session>#g<n>``) and the new generation.
         """
         self._shared.host.check_open()
-        async with self._locked_and_leased():
+        async with self._writer.locked_and_leased():
             state = await self._shared.reread_unless_busy()
             self._shared.refuse_if_halted()
             # A reset asked for while another is pending extends that one over the turns
@@ -308,7 +308,7 @@ class AgentSession:
             self._shared.queue.remove(turn_id)
         asked = self._stop_at_next_boundary(state, plan)
         try:
-            caller_left = await self._commit_shielded(commit)
+            caller_left = await self._writer.commit_shielded(commit)
         except Exception as exc:
             # Nothing of the write landed: put the cancel marks and the queue back.
             for turn_id in asked:
@@ -371,84 +371,6 @@ class AgentSession:
                 # a withdrawn suspend no longer holds back the turns queued behind it
                 self._worker.start()
 
-    async def _commit_shielded(self, commit: Commit) -> bool:
-        """Write ``commit`` and wait for it even if the caller is cancelled meanwhile.
-
-        The write goes on on the store's thread whatever the caller does, and a
-        running turn holds this session's memory: dropping it would let memory
-        run behind disk, so the caller waits it out instead.
-
-        Returns:
-            Whether the caller was cancelled while it waited (re-raise after applying).
-
-        Raises:
-            StoreError: The write failed and nothing of it landed.
-        """
-        # The write is fenced by the lease token this admission took (outside one, the
-        # current token). If the lease was lost and taken again since, the write was
-        # planned on a copy that may be stale, and the store refuses it.
-        commit = dataclasses.replace(
-            commit, holder=self._shared.write_token or self._shared.lease.token
-        )
-        writing = asyncio.ensure_future(self._shared.host.store.commit(self.key, commit))
-        caller_left = False
-        while not writing.done():
-            try:
-                await asyncio.shield(writing)
-            except asyncio.CancelledError:
-                caller_left = True
-            except Exception:
-                break
-        writing.result()  # a write that failed raises its error here
-        return caller_left
-
-    @asynccontextmanager
-    async def _locked_and_leased(self, *, wait: bool = True) -> AsyncIterator[bool]:
-        """Admit one write: take this session's admit lock, then its lease in the store.
-
-        The writes made inside are fenced by the lease token taken here. The lease
-        is let go at the end if no turn runs here by then.
-
-        Yields:
-            Whether this process holds the lease. With ``wait`` it waits for another
-            live process to let the lease go, so it does; with ``wait`` False it does
-            not wait, and False means another live process holds the lease.
-        """
-        async with self._shared.admit_lock:
-            self._shared.write_token = None
-            try:
-                held = await self._worker.take_lease_and_catch_up(wait=wait)
-                if held:
-                    self._shared.write_token = self._shared.lease.token
-                yield held
-            except LeaseLostError:
-                if (
-                    self._shared.write_token is not None
-                    and self._shared.write_token == self._shared.lease.token
-                ):
-                    # The store refused a write made under the token taken here: another
-                    # process took the lease meanwhile.
-                    self._shared.lease.lost()
-                raise
-            finally:
-                self._shared.write_token = None
-                if self._shared.worker_task is None and self._shared.lease.is_held:
-                    await drop_quietly(self._shared.lease)
-
-    @asynccontextmanager
-    async def _locked(self) -> AsyncIterator[None]:
-        """Take only this session's admit lock, for start-up recovery.
-
-        Recovery only queues turns; the worker takes the lease when it runs them. A
-        lease still held at the end is let go if no turn runs here by then.
-        """
-        async with self._shared.admit_lock:
-            try:
-                yield
-            finally:
-                if self._shared.worker_task is None and self._shared.lease.is_held:
-                    await drop_quietly(self._shared.lease)
-
     # -- human in the loop ------------------------------------------------------
 
     @property
@@ -507,7 +429,7 @@ class AgentSession:
             InvalidAnswerError: ``value`` does not match the request's schema.
         """
         self._shared.host.check_open()
-        async with self._locked_and_leased():
+        async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
             if state.reset_through is not None:
                 raise ResumeConflictError(
@@ -531,7 +453,7 @@ class AgentSession:
 
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
-        async with self._locked_and_leased():
+        async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
             suspended = suspended_in(state)
             if (
@@ -627,7 +549,7 @@ class AgentSession:
             expect=((turn_id, "suspended"),),
         )
         try:
-            caller_left = await self._commit_shielded(commit)
+            caller_left = await self._writer.commit_shielded(commit)
         except StoreConflictError:
             await self._shared.reread_unless_busy()  # another process answered: read what it wrote
             raise await self._not_suspended_error(
@@ -645,7 +567,7 @@ class AgentSession:
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
-        async with self._locked():
+        async with self._writer.locked():
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
@@ -654,7 +576,7 @@ class AgentSession:
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
-        async with self._locked_and_leased(wait=False) as lease_held:
+        async with self._writer.locked_and_leased(wait=False) as lease_held:
             if not lease_held:
                 return  # another live process writes it; it ends the suspend when it runs
             state = await self._shared.loaded()
@@ -668,7 +590,7 @@ class AgentSession:
 
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
-        async with self._locked():
+        async with self._writer.locked():
             state = await self._shared.loaded()
             if state.reset_through is not None:
                 self._worker.start()
