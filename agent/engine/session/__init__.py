@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from agent._json import JsonValue
-from agent.core.events import TurnCancelled, TurnEvent
+from agent.core.events import TurnEvent
 from agent.core.hitl import (
     REQUEST_ADAPTER,
     Grant,
@@ -28,7 +27,6 @@ from agent.core.records import (
     Commit,
     SessionKey,
     SessionStatus,
-    StoredMessage,
     StoredSession,
     StoredStep,
     apply_commit,
@@ -44,9 +42,9 @@ from agent.core.turns import (
     TurnResult,
     is_suspend_ending,
     moved,
-    phase_of,
 )
 from agent.engine.lease import drop_quietly
+from agent.engine.session._cancel import CancelPlan, Cancels
 from agent.engine.session._state import (
     Observer,
     SessionState,
@@ -58,9 +56,8 @@ from agent.engine.session._state import (
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
-from agent.engine.turn.commits import CANCELLED_CALL, ending_commit, opening_commit
+from agent.engine.turn.commits import opening_commit
 from agent.errors import (
-    ConflictError,
     ResumeConflictError,
     RuntimeClosedError,
     StoreConflictError,
@@ -92,6 +89,7 @@ class AgentSession:
         self._waiters = Waiters(self._shared)
         self._worker = Worker(self._shared, self._waiters)
         self._writer = Writer(self._shared, self._worker)
+        self._cancels = Cancels(self._shared, self._writer, self._worker, self._waiters)
 
     @property
     def is_idle(self) -> bool:
@@ -163,9 +161,9 @@ class AgentSession:
             if not self._shared.queued_unfinished:
                 # turns left unfinished on disk and not queued here yet run before this one
                 self._worker.queue_unfinished_turns(state)
-            plan = _CancelPlan()
+            plan = CancelPlan()
             if replace:
-                plan = self._plan_cancel(state, unfinished_turns(state), "replaced")
+                plan = self._cancels.plan(state, unfinished_turns(state), "replaced")
             seq = max((t.seq for t in state.turns.values()), default=0) + 1
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
             ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
@@ -181,7 +179,7 @@ class AgentSession:
                 commit = plan.commit(opening)
             else:
                 commit = plan.commit(Commit(turns=(record,)))
-            caller_left = await self._commit_cancel(state, plan, commit)
+            caller_left = await self._cancels.commit_plan(state, plan, commit)
             # If the runtime closed meanwhile, the turn is admitted all the same and runs
             # at the next start.
             with contextlib.suppress(RuntimeClosedError):
@@ -215,21 +213,7 @@ class AgentSession:
         Raises:
             UnknownTurnError: The session has no such turn.
         """
-        self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
-            state = await self._shared.loaded()
-            record = state.turns.get(turn_id)
-            if record is None:
-                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
-            if record.status == "suspended":
-                state = await self._shared.reread_unless_busy()
-                record = state.turns[turn_id]
-            if record.is_ended:
-                return False
-            self._shared.refuse_if_halted()
-            plan = self._plan_cancel(state, [record], reason)
-            await self._apply_cancel(state, plan, Commit())
-            return True
+        return await self._cancels.cancel(turn_id, reason)
 
     async def reset(self) -> SessionReset:
         """Start the session afresh; its history goes to the archive, still readable.
@@ -243,133 +227,11 @@ class AgentSession:
         Returns:
             The archived address (``<session>#g<n>``) and the new generation.
         """
-        self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
-            state = await self._shared.reread_unless_busy()
-            self._shared.refuse_if_halted()
-            # A reset asked for while another is pending extends that one over the turns
-            # admitted since.
-            through = max((t.seq for t in state.turns.values()), default=0)
-            plan = self._plan_cancel(state, unfinished_turns(state, suspended_too=True), "reset")
-            commit = plan.commit(Commit(reset_through=through))
-            caller_left = await self._commit_cancel(state, plan, commit)
-            done = self._shared.reset_future()
-            # The worker carries the reset out even if the caller has left: it is stored.
-            self._worker.start()
-            if caller_left:
-                raise asyncio.CancelledError
-        return await asyncio.shield(done)
+        return await self._cancels.reset()
 
     async def archived(self, generation: int) -> Archive | None:
         """The history a reset archived as ``generation`` (None if there is no such one)."""
         return await self._shared.host.store.load_archive(self.key, generation)
-
-    def _plan_cancel(
-        self, state: StoredSession, records: list[TurnRecord], reason: str
-    ) -> _CancelPlan:
-        """How to cancel ``records``: end some now, ask the others to stop at a boundary."""
-        plan = _CancelPlan()
-        for record in records:
-            turn_id = record.turn_id
-            if turn_id == self._shared.active:
-                # This process runs the turn (it may be writing the turn's suspend right
-                # now), so only the request is stored: the run sees it at its next
-                # boundary and ends the turn itself.
-                if turn_id not in state.cancels:
-                    plan.cancels.append((turn_id, reason))
-            elif phase_of(record, state.cancels) in ("queued", "suspended", "ending_suspended"):
-                # Nothing runs this turn: it is suspended (its request is withdrawn and its
-                # tool call closed), or it has never begun (it ends without ever opening).
-                # Either way it ends in the cancel's own write.
-                ended = Cancelled(turn_id=turn_id, reason=reason)
-                plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
-            elif record.is_unfinished and turn_id not in state.cancels:
-                plan.cancels.append((turn_id, reason))
-        return plan
-
-    async def _apply_cancel(self, state: StoredSession, plan: _CancelPlan, base: Commit) -> None:
-        if await self._commit_cancel(state, plan, plan.commit(base)):
-            raise asyncio.CancelledError
-
-    async def _commit_cancel(self, state: StoredSession, plan: _CancelPlan, commit: Commit) -> bool:
-        """Write a cancel plan (with whatever else ``commit`` holds) and act on it.
-
-        Returns:
-            Whether the caller was cancelled while it waited (re-raise after).
-
-        Raises:
-            ConflictError: Another process moved one of the turns first.
-        """
-        # While this write is in flight, the worker must not pick up a turn the write
-        # ends, so those turns leave the queue first.
-        queued = list(self._shared.queue)
-        withdrawn = {t for t in queued if t in plan.ended_ids}
-        for turn_id in withdrawn:
-            self._shared.queue.remove(turn_id)
-        asked = self._stop_at_next_boundary(state, plan)
-        try:
-            caller_left = await self._writer.commit_shielded(commit)
-        except Exception as exc:
-            # Nothing of the write landed: put the cancel marks and the queue back.
-            for turn_id in asked:
-                state.cancels.pop(turn_id, None)
-            # Under the admit lock nothing joins the queue; the worker may only have taken
-            # turns from its head meanwhile, so the turns still queued keep their order.
-            still = set(self._shared.queue) | withdrawn
-            self._shared.queue.clear()
-            self._shared.queue.extend(t for t in queued if t in still)
-            if withdrawn:
-                with contextlib.suppress(RuntimeClosedError):
-                    self._worker.start()
-            if isinstance(exc, StoreConflictError):
-                await self._shared.reread_unless_busy()
-                raise ConflictError(
-                    f"{self.key}: a turn changed under the cancel (another runtime on this "
-                    "store answered or ended it first); try again"
-                ) from None
-            raise
-        apply_commit(state, commit)
-        self._announce_ended(plan)
-        return caller_left
-
-    def _stop_at_next_boundary(self, state: StoredSession, plan: _CancelPlan) -> list[str]:
-        """Let the turns asked to stop see it at their very next boundary.
-
-        The request's write is queued on the store's single connection before the
-        turn's own ending can be, so on disk the request comes first; a turn that
-        stops before the write lands only ends by a commit that records why. If the
-        write fails, the marks are taken back and an interrupted model step is
-        asked again.
-
-        Returns:
-            The turns newly marked.
-        """
-        asked = [turn_id for turn_id, _ in plan.cancels if turn_id not in state.cancels]
-        for turn_id, reason in plan.cancels:
-            state.cancels.setdefault(turn_id, reason)
-        running = self._shared.running
-        if running is not None and running.turn_id in asked:
-            running.interrupt()
-        return asked
-
-    def _announce_ended(self, plan: _CancelPlan) -> None:
-        """Tell everyone about turns a committed plan ended."""
-        for result in plan.ended:
-            self._shared.host.cancel_expiry(self.key, result.turn_id)
-            self._waiters.emit(
-                TurnCancelled(
-                    agent=self.key.agent,
-                    session=self.key.session_id,
-                    turn_id=result.turn_id,
-                    seq=1,
-                    reason=result.reason,
-                )
-            )
-            self._waiters.settle(result.turn_id, result)
-        if plan.ended and self._shared.queue:
-            with contextlib.suppress(RuntimeClosedError):
-                # a withdrawn suspend no longer holds back the turns queued behind it
-                self._worker.start()
 
     # -- human in the loop ------------------------------------------------------
 
@@ -576,17 +438,7 @@ class AgentSession:
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
-        async with self._writer.locked_and_leased(wait=False) as lease_held:
-            if not lease_held:
-                return  # another live process writes it; it ends the suspend when it runs
-            state = await self._shared.loaded()
-            suspended = suspended_in(state)
-            if suspended is None or suspended.turn_id == self._shared.active:
-                return
-            reason = state.cancels.get(suspended.turn_id)
-            if reason is not None:
-                plan = self._plan_cancel(state, [state.turns[suspended.turn_id]], reason)
-                await self._apply_cancel(state, plan, Commit())
+        await self._cancels.end_cancelled_suspend()
 
     async def recover_reset(self) -> None:
         """Carry out a reset that was asked for before the process stopped (start-up)."""
@@ -661,42 +513,3 @@ class AgentSession:
     def abandon_waiters(self) -> None:
         """Tell everyone awaiting a turn that this runtime will not finish it."""
         self._waiters.abandon()
-
-
-class _CancelPlan:
-    """What cancelling some turns writes: turns ended now, and requests to stop."""
-
-    def __init__(self) -> None:
-        self.ended: list[Cancelled] = []
-        self.cancels: list[tuple[str, str]] = []
-        self._records: list[TurnRecord] = []
-        self._messages: list[StoredMessage] = []
-        self._steps: list[StoredStep] = []
-        self._expect: list[tuple[str, str]] = []
-        self._status: SessionStatus | None = None
-
-    @property
-    def ended_ids(self) -> set[str]:
-        return {result.turn_id for result in self.ended}
-
-    def end(self, record: TurnRecord, result: Cancelled, closing: Commit) -> None:
-        self.ended.append(result)
-        self._records.extend(closing.turns)
-        self._messages.extend(closing.messages)
-        self._steps.extend(closing.steps)
-        self._expect.append((record.turn_id, record.status))
-        self._status = closing.status or self._status
-
-    def commit(self, base: Commit) -> Commit:
-        """``base`` with this plan's writes in the same transaction."""
-        # only a suspended turn's closing writes messages, and nothing opens beside a suspend
-        assert not (self._messages and base.messages)
-        return dataclasses.replace(
-            base,
-            messages=(*self._messages, *base.messages),
-            steps=(*self._steps, *base.steps),
-            turns=(*self._records, *base.turns),
-            expect=(*self._expect, *base.expect),
-            cancels=(*self.cancels, *base.cancels),
-            status=base.status or self._status,
-        )
