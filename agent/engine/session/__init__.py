@@ -1,11 +1,24 @@
-"""`AgentSession`: one conversation's turns, run one at a time in admission order."""
+"""`AgentSession`: one conversation's turns, run one at a time in admission order.
+
+`AgentSession` is the public face. Its work is done by parts that share one
+`SessionState` (``_state``), each in its own module; a part imports only the
+parts listed below it:
+
+- ``_admission``: `AgentSession.start`, and start-up recovery;
+- ``_answers``: `AgentSession.resume` and `AgentSession.expire`;
+- ``_cancel``: `AgentSession.cancel` and `AgentSession.reset`, each planned and
+  written in one transaction;
+- ``_writer``: one write at a time, under the session's lock and lease, and never
+  lost to a caller that was cancelled while it waited;
+- ``_worker``: the task that runs the queued turns one at a time, carries out a
+  pending reset, and halts the session after a store failure;
+- ``_waiters``: `AgentSession.result`, `AgentSession.observe` and
+  `AgentSession.stream`, and the one way an event reaches them;
+- ``_state``: the state they share, and the invariants that span them.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -20,7 +33,6 @@ from agent.core.hitl import (
 from agent.core.messages import Message
 from agent.core.records import (
     Archive,
-    Commit,
     SessionKey,
     SessionStatus,
 )
@@ -35,26 +47,22 @@ from agent.core.turns import (
     TurnResult,
 )
 from agent.engine.lease import drop_quietly
+from agent.engine.session._admission import Admission
 from agent.engine.session._answers import Answers
-from agent.engine.session._cancel import CancelPlan, Cancels
+from agent.engine.session._cancel import Cancels
 from agent.engine.session._state import (
     Observer,
     SessionState,
-    is_held_by_suspend,
     suspend_is_ending,
     suspended_in,
-    unfinished_turns,
 )
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
-from agent.engine.turn.commits import opening_commit
 from agent.errors import (
-    RuntimeClosedError,
     TurnCancelledError,
     TurnFailedError,
     TurnSuspendedError,
-    UnknownTurnError,
 )
 
 if TYPE_CHECKING:
@@ -62,8 +70,6 @@ if TYPE_CHECKING:
     from agent.engine.host import SessionHost
 
 __all__ = ["AgentSession", "Observer"]
-
-logger = logging.getLogger("agent")
 
 
 class AgentSession:
@@ -81,6 +87,19 @@ class AgentSession:
         self._writer = Writer(self._shared, self._worker)
         self._cancels = Cancels(self._shared, self._writer, self._worker, self._waiters)
         self._answers = Answers(self._shared, self._writer, self._worker)
+        self._admission = Admission(self._shared, self._writer, self._worker, self._cancels)
+
+    # -- the session and what it holds -----------------------------------------
+
+    @property
+    def runtime(self) -> SessionHost:
+        """The runtime hosting this session."""
+        return self._shared.host
+
+    @property
+    def agent(self) -> Agent:
+        """The agent whose session this is."""
+        return self._shared.agent
 
     @property
     def is_idle(self) -> bool:
@@ -103,6 +122,12 @@ class AgentSession:
     async def turns(self) -> list[TurnRecord]:
         """Every turn of the session, in admission order."""
         return sorted((await self._shared.loaded()).turns.values(), key=lambda t: t.seq)
+
+    async def archived(self, generation: int) -> Archive | None:
+        """The history a reset archived as ``generation`` (None if there is no such one)."""
+        return await self._shared.host.store.load_archive(self.key, generation)
+
+    # -- admitting turns -------------------------------------------------------
 
     async def start(
         self, input: str | TurnInput, *, turn_id: str | None = None, replace: bool = False
@@ -131,57 +156,9 @@ class AgentSession:
             RuntimeClosedError: The runtime was closed.
         """
         given = TurnInput(text=input) if isinstance(input, str) else input
-        self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
-            state = await self._shared.loaded()
-            turn_id = turn_id or uuid.uuid4().hex
-            known = state.turns.get(turn_id)
-            if known is None or known.is_unfinished:
-                self._shared.refuse_if_halted()
-            if known is not None:
-                # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
-                self._worker.queue_if_unfinished(known)
-                return turn_id
-            if turn_id in state.retired:
-                return turn_id  # a redelivered turn that a reset archived: nothing is left to run
-            if is_held_by_suspend(state):
-                # another process may have resumed it
-                state = await self._shared.reread_unless_busy()
-                if is_held_by_suspend(state):
-                    raise self._shared.suspended_error(state)
-            if not self._shared.queued_unfinished:
-                # turns left unfinished on disk and not queued here yet run before this one
-                self._worker.queue_unfinished_turns(state)
-            plan = CancelPlan()
-            if replace:
-                plan = self._cancels.plan(state, unfinished_turns(state), "replaced")
-            seq = max((t.seq for t in state.turns.values()), default=0) + 1
-            record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
-            ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
-            if (
-                self._shared.worker_task is None
-                and not ahead
-                and not plan.cancels
-                and state.reset_through is None
-            ):
-                # Nothing is queued ahead of this turn, so it opens in the transaction that
-                # admits it, which saves a write.
-                record, opening = opening_commit(record, len(state.transcript))
-                commit = plan.commit(opening)
-            else:
-                commit = plan.commit(Commit(turns=(record,)))
-            caller_left = await self._cancels.commit_plan(state, plan, commit)
-            # If the runtime closed meanwhile, the turn is admitted all the same and runs
-            # at the next start.
-            with contextlib.suppress(RuntimeClosedError):
-                self._worker.enqueue(turn_id)
-            if caller_left:
-                # The caller was cancelled while the admission was being written. The turn
-                # is admitted and runs anyway; only the caller's cancellation goes on.
-                raise asyncio.CancelledError
-        return turn_id
+        return await self._admission.start(given, turn_id, replace=replace)
 
-    # -- cancel and reset -------------------------------------------------------
+    # -- cancel and reset ------------------------------------------------------
 
     async def cancel(self, turn_id: str, reason: str = "requested") -> bool:
         """Cancel a turn: it stops at its next checkpoint boundary and ends ``cancelled``.
@@ -220,21 +197,7 @@ class AgentSession:
         """
         return await self._cancels.reset()
 
-    async def archived(self, generation: int) -> Archive | None:
-        """The history a reset archived as ``generation`` (None if there is no such one)."""
-        return await self._shared.host.store.load_archive(self.key, generation)
-
-    # -- human in the loop ------------------------------------------------------
-
-    @property
-    def runtime(self) -> SessionHost:
-        """The runtime hosting this session."""
-        return self._shared.host
-
-    @property
-    def agent(self) -> Agent:
-        """The agent whose session this is."""
-        return self._shared.agent
+    # -- human in the loop -----------------------------------------------------
 
     async def suspended(self) -> Suspended | None:
         """The checkpoint of the turn this session is suspended on, if it is."""
@@ -287,25 +250,7 @@ class AgentSession:
         """Answer an overdue request as expired; False when it was answered meanwhile."""
         return await self._answers.expire(turn_id, input_id)
 
-    async def recover(self, turn_id: str) -> None:
-        """Queue an unfinished turn found in the store (start-up recovery)."""
-        async with self._writer.locked():
-            state = await self._shared.loaded()
-            record = state.turns.get(turn_id)
-            if record is None:
-                raise UnknownTurnError(f"{self.key}: no turn {turn_id}")
-            self._worker.queue_if_unfinished(record)
-
-    async def end_cancelled_suspend(self) -> None:
-        """End a suspend whose cancel was stored while it was being written (start-up)."""
-        await self._cancels.end_cancelled_suspend()
-
-    async def recover_reset(self) -> None:
-        """Carry out a reset that was asked for before the process stopped (start-up)."""
-        async with self._writer.locked():
-            state = await self._shared.loaded()
-            if state.reset_through is not None:
-                self._worker.start()
+    # -- waiting and watching --------------------------------------------------
 
     async def result(self, turn_id: str) -> TurnResult:
         """Wait for the turn to end: completed, suspended, failed or cancelled.
@@ -364,6 +309,20 @@ class AgentSession:
             UnknownTurnError: The session has no such turn (when iteration begins).
         """
         return self._waiters.stream(turn_id, replay=replay)
+
+    # -- start-up and shutdown (called by the runtime) -------------------------
+
+    async def recover(self, turn_id: str) -> None:
+        """Queue an unfinished turn found in the store (start-up recovery)."""
+        await self._admission.recover(turn_id)
+
+    async def end_cancelled_suspend(self) -> None:
+        """End a suspend whose cancel was stored while it was being written (start-up)."""
+        await self._cancels.end_cancelled_suspend()
+
+    async def recover_reset(self) -> None:
+        """Carry out a reset that was asked for before the process stopped (start-up)."""
+        await self._admission.recover_reset()
 
     async def let_go(self) -> None:
         """Give up the session's lease as the runtime closes."""
