@@ -135,7 +135,8 @@ class AgentRuntime:
                 await self.session(key.agent, key.session_id).end_cancelled_suspend()
         for key in await self.store.pending_resets():
             if key.agent in self._agents:
-                # asked for before the process stopped: its turns were cancelled, not archived
+                # The reset was asked for before the process stopped: its turns were
+                # cancelled, but the generation was not archived yet.
                 await self.session(key.agent, key.session_id).recover_reset()
         for key, record in await self.store.suspended_turns():
             suspended = record.result

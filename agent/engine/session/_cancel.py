@@ -239,7 +239,8 @@ class CancelPlan:
 
     def commit(self, base: Commit) -> Commit:
         """``base`` with this plan's writes in the same transaction."""
-        # only a suspended turn's closing writes messages, and nothing opens beside a suspend
+        # Of the turns a plan ends, only a suspended one's closing writes messages, and no
+        # turn opens in the write that closes a suspended one, so the two never collide.
         assert not (self._messages and base.messages)
         return dataclasses.replace(
             base,

@@ -134,7 +134,7 @@ async def _stream_reply(run: RunContext, step: str, attempt: int) -> ModelReply 
     except asyncio.CancelledError as exc:
         if is_being_cancelled():
             raise
-        # the model's own plumbing was cancelled, not this turn
+        # something inside the model's client was cancelled, not this turn: the step failed
         raise StepFailed(describe_error(exc), phase="model", step=step) from exc
     return reply
 

@@ -94,7 +94,7 @@ class TurnRun:
         limit = self._run.agent.max_turn_seconds
         timer = None
         if limit is not None:
-            # each run has the whole limit: time spent suspended on a person's answer does not count
+            # each run has the whole limit: time spent suspended on an answer does not count
             timer = asyncio.get_running_loop().call_later(limit, self._run.time_up)
         try:
             return await self._run_to_ending()
@@ -105,7 +105,8 @@ class TurnRun:
     async def _run_to_ending(self) -> TurnResult:
         run = self._run
         if reason := run.cancel_reason():
-            # before it opened (nothing of it is written), or recovered after a cancel
+            # The cancel came before the turn opened (nothing of it is written yet), or the
+            # turn was recovered after a stop with its cancel already stored.
             return await self._cancel(reason)
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
@@ -161,11 +162,14 @@ class TurnRun:
                     f"(turn {last.turn_id} is); refusing to continue it out of order"
                 )
             if isinstance(last, AssistantMessage) and not last.tool_calls:
-                return await self._complete(last.text)  # ended, but not yet marked so
+                # the reply that ends the turn is written, but the turn was never marked
+                # completed: mark it now
+                return await self._complete(last.text)
             owed, at = owed_calls(run.transcript, run.turn_id)
             if owed:
                 for call in owed:
-                    run.stop_if_cancelled()  # between calls: the rest get a closing result
+                    # a cancel is honoured between calls; the calls not run get a closing result
+                    run.stop_if_cancelled()
                     await tool_step(run, at, call)
                 continue
             run.stop_if_cancelled()
