@@ -24,18 +24,9 @@ from typing import TYPE_CHECKING
 
 from agent._json import JsonValue
 from agent.core.events import TurnEvent
-from agent.core.hitl import (
-    Grant,
-    InputRequest,
-    StoredAnswer,
-    answer_step,
-)
+from agent.core.hitl import Grant, InputRequest, StoredAnswer, answer_step
 from agent.core.messages import Message
-from agent.core.records import (
-    Archive,
-    SessionKey,
-    SessionStatus,
-)
+from agent.core.records import Archive, SessionKey, SessionStatus
 from agent.core.turns import (
     Cancelled,
     Completed,
@@ -50,20 +41,11 @@ from agent.engine.lease import drop_quietly
 from agent.engine.session._admission import Admission
 from agent.engine.session._answers import Answers
 from agent.engine.session._cancel import Cancels
-from agent.engine.session._state import (
-    Observer,
-    SessionState,
-    suspend_is_ending,
-    suspended_in,
-)
+from agent.engine.session._state import Observer, SessionState, suspend_is_ending, suspended_in
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
-from agent.errors import (
-    TurnCancelledError,
-    TurnFailedError,
-    TurnSuspendedError,
-)
+from agent.errors import TurnCancelledError, TurnFailedError, TurnSuspendedError
 
 if TYPE_CHECKING:
     from agent.definition.agent import Agent
