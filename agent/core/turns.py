@@ -1,9 +1,19 @@
-"""A turn's input, its durable record, and how it ended."""
+"""A turn's input, its durable record, how it ended, and the one set of rules for its status.
+
+A turn's status is stored (`TurnStatus`); the moves between statuses are listed
+once (`TURN_TRANSITIONS`) and made through one function (`moved`), so a reader
+can see every way a turn can go, and a wrong move raises instead of being
+written. `phase_of` names the phases that the stored status alone does not tell
+apart, without changing what is stored.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from types import MappingProxyType
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -11,22 +21,78 @@ from agent._json import JsonValue
 from agent.core.hitl import InboundEvent, InputRequest
 from agent.core.messages import Usage
 from agent.core.policy import TurnPolicy
+from agent.errors import TurnError
 
 __all__ = [
+    "TURN_STATUSES_ENDED",
     "TURN_STATUSES_UNFINISHED",
+    "TURN_TRANSITIONS",
     "Cancelled",
     "Completed",
     "Failed",
     "SessionReset",
     "Suspended",
     "TurnInput",
+    "TurnPhase",
     "TurnRecord",
     "TurnResult",
     "TurnStatus",
+    "is_suspend_ending",
+    "may_move",
+    "moved",
+    "outcome_of",
+    "phase_of",
 ]
 
 TurnStatus = Literal["queued", "running", "completed", "suspended", "failed", "cancelled"]
+"""A turn's status as the store keeps it. These strings are persisted: never rename one."""
+
 TURN_STATUSES_UNFINISHED: frozenset[str] = frozenset({"queued", "running"})
+"""Still to run, or running: the turns a worker picks up and start-up recovery resumes."""
+
+TURN_STATUSES_ENDED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+"""Terminal: no status follows these."""
+
+TURN_TRANSITIONS: Final[Mapping[TurnStatus, frozenset[TurnStatus]]] = MappingProxyType(
+    {
+        # A queued turn opens (its first message commits) and runs, or it is cancelled
+        # before it ever opens. A suspended turn that was answered is stored as
+        # "queued" again while it runs on, so that a crash replays it from its last
+        # checkpoint; such a turn ends, or suspends again, straight from "queued".
+        "queued": frozenset({"running", "completed", "failed", "cancelled", "suspended"}),
+        "running": frozenset({"completed", "failed", "cancelled", "suspended"}),
+        # A suspended turn is answered (queued to run on from where it stopped), or it
+        # is cancelled unanswered: its request is withdrawn and its tool call closed.
+        "suspended": frozenset({"queued", "cancelled"}),
+        "completed": frozenset(),
+        "failed": frozenset(),
+        "cancelled": frozenset(),
+    }
+)
+"""Which status may follow which: the only moves `moved` makes."""
+
+TurnPhase = Literal[
+    "queued",
+    "resuming",
+    "running",
+    "suspended",
+    "ending_suspended",
+    "completed",
+    "failed",
+    "cancelled",
+]
+"""Where a turn stands, derived from its record and its session's cancel requests (never stored).
+
+- ``queued``: admitted, and has never run (its opening message is not written yet);
+- ``resuming``: stored "queued", but it was suspended and answered: it runs on from
+  where it stopped, its opening message long written;
+- ``running``: opened, not ended (a cancel request may be waiting for its next boundary);
+- ``suspended``: waits for a person's answer;
+- ``ending_suspended``: stored "suspended", but a cancel request for it is stored too:
+  the cancel came while the suspend was being written, so the turn's run is ending it
+  now, and nobody is to answer it;
+- ``completed``, ``failed``, ``cancelled``: ended.
+"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +112,7 @@ class TurnInput:
     """The channel's event, when a channel (not a program) opened the turn."""
     policy: TurnPolicy | None = None
     """The surface policy the turn runs under (see `resolve_policy`); kept with it through
-    a park and across restarts. None: its event's source's policy as the agent has it
+    a suspend and across restarts. None: its event's source's policy as the agent has it
     when the turn runs (the base instructions and every tool, for a turn with no event)."""
     target: JsonValue = None
     """Where a proactive turn is shown (the channel's own address), kept with the turn so
@@ -86,7 +152,7 @@ class Cancelled:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Suspended:
-    """The turn parked, waiting for a person to answer ``request``."""
+    """The turn is suspended: it waits for a person to answer ``request``."""
 
     status: Literal["suspended"] = "suspended"
     turn_id: str
@@ -111,14 +177,19 @@ class TurnRecord:
     opening_index: int | None = None
     """Transcript index of the opening message, once it is committed."""
     result: TurnResult | None = None
-    """Set once the turn reached a terminal status (or parked)."""
+    """Set once the turn reached a terminal status (or was suspended); None while it runs."""
     resumes: int = 0
     """How many answers resumed it."""
 
     @property
     def is_unfinished(self) -> bool:
-        """Whether the turn is still to run or running (parked and ended turns are not)."""
+        """Whether the turn is still to run or running (suspended and ended turns are not)."""
         return self.status in TURN_STATUSES_UNFINISHED
+
+    @property
+    def is_ended(self) -> bool:
+        """Whether the turn completed, failed or was cancelled: nothing more happens to it."""
+        return self.status in TURN_STATUSES_ENDED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,3 +203,90 @@ class SessionReset:
 
 
 TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)
+
+
+def may_move(status: TurnStatus, to: TurnStatus) -> bool:
+    """Whether a turn in ``status`` may move to ``to`` (see `TURN_TRANSITIONS`)."""
+    return to in TURN_TRANSITIONS[status]
+
+
+def moved(
+    record: TurnRecord,
+    to: TurnStatus,
+    *,
+    result: TurnResult | None = None,
+    opening_index: int | None = None,
+    resumes: int | None = None,
+) -> TurnRecord:
+    """``record`` moved to status ``to``: the one way the engine changes a turn's status.
+
+    Args:
+        record: The turn as it stands.
+        to: The status it moves to; `TURN_TRANSITIONS` lists which may follow which.
+        result: How the turn ended, or the suspend it waits in. Required when ``to``
+            is an ending or "suspended", with the same status; None for "queued" and
+            "running", which clears any earlier result (a resumed turn's suspend).
+        opening_index: Where the turn's opening message goes, when this move opens it;
+            None keeps the record's.
+        resumes: The turn's new count of answers, when this move resumes it; None
+            keeps the record's.
+
+    Returns:
+        The moved record, to be written; ``record`` itself is left as it was.
+
+    Raises:
+        TurnError: ``to`` may not follow the record's status, or ``result`` does not
+            say ``to``: nothing is to be written.
+    """
+    if not may_move(record.status, to):
+        raise TurnError(
+            f"turn {record.turn_id} may not move from {record.status!r} to {to!r}",
+            turn_id=record.turn_id,
+        )
+    if (result.status if result is not None else None) != (
+        None if to in TURN_STATUSES_UNFINISHED else to
+    ):
+        raise TurnError(
+            f"turn {record.turn_id} moving to {to!r} was given a result that says "
+            f"{result.status if result is not None else None!r}",
+            turn_id=record.turn_id,
+        )
+    return dataclasses.replace(
+        record,
+        status=to,
+        result=result,
+        opening_index=record.opening_index if opening_index is None else opening_index,
+        resumes=record.resumes if resumes is None else resumes,
+    )
+
+
+def phase_of(record: TurnRecord, cancels: Mapping[str, str]) -> TurnPhase:
+    """Where ``record``'s turn stands (see `TurnPhase`).
+
+    Args:
+        record: The turn.
+        cancels: Its session's stored cancel requests, by turn id.
+    """
+    status = record.status
+    if status == "queued":
+        return "queued" if record.opening_index is None else "resuming"
+    if status == "suspended":
+        return "ending_suspended" if record.turn_id in cancels else "suspended"
+    return status
+
+
+def is_suspend_ending(record: TurnRecord, cancels: Mapping[str, str]) -> bool:
+    """Whether the turn is suspended but a cancel for it is stored: its run is ending it."""
+    return phase_of(record, cancels) == "ending_suspended"
+
+
+def outcome_of(record: TurnRecord, cancels: Mapping[str, str]) -> TurnResult | None:
+    """What someone waiting on the turn is told: how it ended, or the suspend it waits in.
+
+    Returns:
+        The turn's result; None while that is still to come: the turn is unfinished,
+        or it is a suspend whose cancel is being written (the turn ends cancelled).
+    """
+    if record.result is None or record.is_unfinished or is_suspend_ending(record, cancels):
+        return None
+    return record.result

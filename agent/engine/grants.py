@@ -36,10 +36,10 @@ async def grant_answer(
         ResumeAuthorizationError: The hook said no, or there is no hook.
         AuthorizeAnswerError: The hook raised; nothing was applied, so retry.
     """
-    parked = await session.suspended()
-    if parked is None or parked.turn_id != turn_id or parked.request.id != input_id:
+    suspended = await session.suspended()
+    if suspended is None or suspended.turn_id != turn_id or suspended.request.id != input_id:
         raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
-    request = parked.request
+    request = suspended.request
     who = request.answerers
     if not isinstance(who, PolicyAnswerer):
         return None

@@ -53,8 +53,8 @@ class SessionHost(Protocol):
         """Hand an event to the host's sinks."""
         ...
 
-    def schedule_expiry(self, key: SessionKey, parked: Suspended) -> None:
-        """Answer ``parked``'s request as expired when its deadline comes."""
+    def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
+        """Answer ``suspended``'s request as expired when its deadline comes."""
         ...
 
     def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:

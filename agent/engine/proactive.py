@@ -32,7 +32,7 @@ class Channel(Protocol):
         ...
 
     async def deliver(self, session_id: str, turn_id: str, target: JsonValue) -> None:
-        """Show the turn at ``target`` until it ends or waits for a person.
+        """Show the turn at ``target`` until it ends or is suspended on a person's answer.
 
         It must keep what it needs to finish the showing after a restart: the
         turn itself is durable, and so must be where it is being shown.

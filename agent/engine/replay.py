@@ -22,7 +22,6 @@ from agent.core.events import (
 from agent.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from agent.core.records import SessionKey, StoredSession
 from agent.core.turns import (
-    TURN_STATUSES_UNFINISHED,
     Cancelled,
     Completed,
     Failed,
@@ -75,7 +74,7 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
                 result=message.result,
                 error=error,
             )
-    ending = record.result if record.status not in TURN_STATUSES_UNFINISHED else None
+    ending = None if record.is_unfinished else record.result
     if isinstance(ending, Completed):
         yield TurnCompleted(**base, seq=next_seq(), text=ending.text, usage=ending.usage or Usage())
     elif isinstance(ending, Failed):

@@ -130,35 +130,38 @@ class AgentRuntime:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
         for key in await self.store.cancelled_parks():
             if key.agent in self._agents:
-                # a cancel asked while the park was being written, lost to a stop
-                await self.session(key.agent, key.session_id).end_cancelled_park()
+                # a cancel that came while the suspend was being written, then the
+                # process stopped before the suspend's run could end the turn
+                await self.session(key.agent, key.session_id).end_cancelled_suspend()
         for key in await self.store.pending_resets():
             if key.agent in self._agents:
-                # asked for before the process stopped: its turns were cancelled, not archived
+                # The reset was asked for before the process stopped: its turns were
+                # cancelled, but the generation was not archived yet.
                 await self.session(key.agent, key.session_id).recover_reset()
         for key, record in await self.store.suspended_turns():
-            parked = record.result
-            if key.agent not in self._agents or not isinstance(parked, Suspended):
+            suspended = record.result
+            if key.agent not in self._agents or not isinstance(suspended, Suspended):
                 continue
-            expires_at = parked.request.expires_at
+            expires_at = suspended.request.expires_at
             if expires_at is not None and expires_at <= self.clock():
-                # fell due while nothing ran: answered before start() returns, so nobody
-                # reads the stale park; its turn then runs like any other
+                # It fell due while no process ran. It is answered as expired before
+                # start() returns, so nobody reads the stale suspend; its turn then runs
+                # like any other.
                 session = self.session(key.agent, key.session_id)
-                await _expire_quietly(self, session, parked.turn_id, parked.request.id)
+                await _expire_quietly(self, session, suspended.turn_id, suspended.request.id)
             else:
-                self.schedule_expiry(key, parked)
+                self.schedule_expiry(key, suspended)
         return recovered
 
-    def schedule_expiry(self, key: SessionKey, parked: Suspended) -> None:
-        """Answer ``parked``'s request as expired when its time comes (now, if overdue)."""
-        expires_at = parked.request.expires_at
+    def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
+        """Answer ``suspended``'s request as expired when its time comes (now, if overdue)."""
+        expires_at = suspended.request.expires_at
         if expires_at is None or self._is_closed:
             return
-        self.cancel_expiry(key, parked.turn_id)
+        self.cancel_expiry(key, suspended.turn_id)
         delay = max(0.0, expires_at - self.clock())
-        self._expiries[(key, parked.turn_id)] = asyncio.get_running_loop().call_later(
-            delay, self.expire_soon, key, parked.turn_id, parked.request.id
+        self._expiries[(key, suspended.turn_id)] = asyncio.get_running_loop().call_later(
+            delay, self.expire_soon, key, suspended.turn_id, suspended.request.id
         )
 
     def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:

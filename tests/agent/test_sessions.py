@@ -315,7 +315,7 @@ async def test_idle_sessions_beyond_the_limit_are_unloaded_and_read_again(store)
         await first.turn("one")
         for other in ("s2", "s3"):
             await runtime.session("a", other).turn("hi")
-        assert first._state is None  # the least recently used idle session went
+        assert first._shared.in_memory is None  # the least recently used idle session went
         again = await first.turn("two")
         assert runtime.session("a", "s1") is first
         assert len(runtime._loaded) == 2

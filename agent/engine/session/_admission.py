@@ -1,0 +1,107 @@
+"""`Admission`: a new turn, or a redelivered one, admitted to the session in one write.
+
+A start is an admission under the session's lock and lease: a turn id the
+session already has is a redelivery (an unfinished turn is replayed, an ended
+or suspended one left as it is); a new turn is refused while the session is
+suspended on a person's answer, queues behind the turns still unfinished on
+disk, and with ``replace`` cancels the unfinished turns in the write that admits
+it. When nothing is ahead of it, the same write opens it. Start-up recovery
+admits what a stopped process left unfinished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+from agent.core.records import Commit
+from agent.core.turns import TurnInput, TurnRecord
+from agent.engine.session._cancel import CancelPlan, Cancels
+from agent.engine.session._state import SessionState, is_held_by_suspend, unfinished_turns
+from agent.engine.session._worker import Worker
+from agent.engine.session._writer import Writer
+from agent.engine.turn.commits import opening_commit
+from agent.errors import RuntimeClosedError, UnknownTurnError
+
+__all__ = ["Admission"]
+
+
+class Admission:
+    """Admits turns to one session: new ones, redelivered ones, and those found at start-up."""
+
+    def __init__(
+        self, shared: SessionState, writer: Writer, worker: Worker, cancels: Cancels
+    ) -> None:
+        self._shared = shared
+        self._writer = writer
+        self._worker = worker
+        self._cancels = cancels
+
+    async def start(self, given: TurnInput, turn_id: str | None, *, replace: bool) -> str:
+        """Admit a turn durably and return its id; see `AgentSession.start`."""
+        self._shared.host.check_open()
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            turn_id = turn_id or uuid.uuid4().hex
+            known = state.turns.get(turn_id)
+            if known is None or known.is_unfinished:
+                self._shared.refuse_if_halted()
+            if known is not None:
+                # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
+                self._worker.queue_if_unfinished(known)
+                return turn_id
+            if turn_id in state.retired:
+                return turn_id  # a redelivered turn that a reset archived: nothing is left to run
+            if is_held_by_suspend(state):
+                # another process may have resumed it
+                state = await self._shared.reread_unless_busy()
+                if is_held_by_suspend(state):
+                    raise self._shared.suspended_error(state)
+            if not self._shared.queued_unfinished:
+                # turns left unfinished on disk and not queued here yet run before this one
+                self._worker.queue_unfinished_turns(state)
+            plan = CancelPlan()
+            if replace:
+                plan = self._cancels.plan(state, unfinished_turns(state), "replaced")
+            seq = max((t.seq for t in state.turns.values()), default=0) + 1
+            record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
+            ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
+            if (
+                self._shared.worker_task is None
+                and not ahead
+                and not plan.cancels
+                and state.reset_through is None
+            ):
+                # Nothing is queued ahead of this turn, so it opens in the transaction that
+                # admits it, which saves a write.
+                record, opening = opening_commit(record, len(state.transcript))
+                commit = plan.commit(opening)
+            else:
+                commit = plan.commit(Commit(turns=(record,)))
+            caller_left = await self._cancels.commit_plan(state, plan, commit)
+            # If the runtime closed meanwhile, the turn is admitted all the same and runs
+            # at the next start.
+            with contextlib.suppress(RuntimeClosedError):
+                self._worker.enqueue(turn_id)
+            if caller_left:
+                # The caller was cancelled while the admission was being written. The turn
+                # is admitted and runs anyway; only the caller's cancellation goes on.
+                raise asyncio.CancelledError
+        return turn_id
+
+    async def recover(self, turn_id: str) -> None:
+        """Queue an unfinished turn found in the store (start-up recovery)."""
+        async with self._writer.locked():
+            state = await self._shared.loaded()
+            record = state.turns.get(turn_id)
+            if record is None:
+                raise UnknownTurnError(f"{self._shared.key}: no turn {turn_id}")
+            self._worker.queue_if_unfinished(record)
+
+    async def recover_reset(self) -> None:
+        """Carry out a reset that was asked for before the process stopped (start-up)."""
+        async with self._writer.locked():
+            state = await self._shared.loaded()
+            if state.reset_through is not None:
+                self._worker.start()

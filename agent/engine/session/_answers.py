@@ -1,0 +1,190 @@
+"""`Answers`: a person's answer to a suspended turn, or its expiry, stored and acted on.
+
+An answer is stored under ``input:<turn id>:<input id>`` together with the
+request it answers, in the write that queues the turn again; that write expects
+the turn to be still suspended, so of two answers racing (two clicks, two
+processes) exactly one is applied. A resume that finds the turn no longer
+suspended says, to someone who could have answered, who answered and how.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from agent._json import JsonValue
+from agent.core.hitl import (
+    REQUEST_ADAPTER,
+    Grant,
+    InputRequest,
+    answer_step,
+    check_answerer,
+    check_value,
+    is_answerer,
+)
+from agent.core.records import Commit, StoredSession, StoredStep, apply_commit
+from agent.core.turns import Suspended, is_suspend_ending, moved
+from agent.engine.session._state import SessionState, suspend_is_ending, suspended_in
+from agent.engine.session._worker import Worker
+from agent.engine.session._writer import Writer
+from agent.errors import ResumeConflictError, RuntimeClosedError, StoreConflictError
+
+__all__ = ["Answers"]
+
+
+class Answers:
+    """Applies answers, and expiries, to the requests of one session's suspended turns."""
+
+    def __init__(self, shared: SessionState, writer: Writer, worker: Worker) -> None:
+        self._shared = shared
+        self._writer = writer
+        self._worker = worker
+
+    async def resume(
+        self,
+        turn_id: str,
+        input_id: str,
+        value: JsonValue,
+        *,
+        by: str | None,
+        granted: Grant | None,
+    ) -> None:
+        """Answer the request a suspended turn waits on; see `AgentSession.resume`."""
+        self._shared.host.check_open()
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            if state.reset_through is not None:
+                raise ResumeConflictError(
+                    f"{self._shared.key} is being reset; its requests are withdrawn and archived"
+                )
+            try:
+                request = await self._suspended_request(state, turn_id, input_id, by, granted)
+            except ResumeConflictError:
+                # this replica's copy may be behind one that answered it or suspended it again
+                state = await self._shared.reread_unless_busy()
+                request = await self._suspended_request(state, turn_id, input_id, by, granted)
+            check_answerer(turn_id, request, by=by, granted=granted)
+            check_value(request, value)
+            expires_at = request.expires_at
+            if expires_at is not None and expires_at <= self._shared.host.clock():
+                await self._store_answer(state, turn_id, request, {"expired": True})
+                raise ResumeConflictError(
+                    f"request {input_id} of turn {turn_id} already expired", expired=True
+                )
+            await self._store_answer(state, turn_id, request, {"value": value, "by": by}, granted)
+
+    async def expire(self, turn_id: str, input_id: str) -> bool:
+        """Answer an overdue request as expired; see `AgentSession.expire`."""
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            suspended = suspended_in(state)
+            if (
+                state.reset_through is not None
+                or suspend_is_ending(state)
+                or suspended is None
+                or (suspended.turn_id, suspended.request.id) != (turn_id, input_id)
+            ):
+                return False
+            expires_at = suspended.request.expires_at
+            if expires_at is None:
+                return False
+            if expires_at > self._shared.host.clock():
+                # The event loop's timer fired before the wall clock reached the deadline
+                # (the clock was set back, say), so the expiry is scheduled again.
+                self._shared.host.schedule_expiry(self._shared.key, suspended)
+                return False
+            try:
+                await self._store_answer(state, turn_id, suspended.request, {"expired": True})
+            except ResumeConflictError:
+                return False  # a person answered in the meantime
+            return True
+
+    async def _suspended_request(
+        self,
+        state: StoredSession,
+        turn_id: str,
+        input_id: str,
+        by: str | None,
+        granted: Grant | None,
+    ) -> InputRequest:
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise ResumeConflictError(f"{self._shared.key}: no turn {turn_id}")
+        if record.status != "suspended" or not isinstance(record.result, Suspended):
+            raise await self._not_suspended_error(turn_id, input_id, by, granted)
+        if is_suspend_ending(record, state.cancels):
+            raise ResumeConflictError(f"{self._shared.key}: turn {turn_id} is being cancelled")
+        request = record.result.request
+        if request.id != input_id:
+            if not is_answerer(turn_id, request, by=by, granted=granted):
+                raise ResumeConflictError(
+                    f"{self._shared.key}: turn {turn_id} waits for another request"
+                )
+            raise ResumeConflictError(
+                f"{self._shared.key}: turn {turn_id} waits for {request.id!r}, not {input_id!r}"
+            )
+        return request
+
+    async def _not_suspended_error(
+        self, turn_id: str, input_id: str, by: str | None, granted: Grant | None
+    ) -> ResumeConflictError:
+        steps = await self._shared.host.store.load_steps(self._shared.key, turn_id)
+        answer = steps.get(answer_step(turn_id, input_id))
+        not_waiting = ResumeConflictError(
+            f"{self._shared.key}: turn {turn_id} is not waiting for an answer"
+        )
+        if not isinstance(answer, dict):
+            return not_waiting
+        asked = REQUEST_ADAPTER.validate_python(answer.get("request"))
+        if not is_answerer(turn_id, asked, by=by, granted=granted):
+            # only someone who could have answered the request is told who did, and how
+            return not_waiting
+        if answer.get("expired"):
+            return ResumeConflictError(
+                f"request {input_id} of turn {turn_id} already expired", expired=True
+            )
+        who, value = answer.get("by"), answer.get("value")
+        return ResumeConflictError(
+            f"request {input_id} of turn {turn_id} was already answered by "
+            f"{who or 'someone'}: {value!r}",
+            answered_by=who if isinstance(who, str) else None,
+            answer=value,
+        )
+
+    async def _store_answer(
+        self,
+        state: StoredSession,
+        turn_id: str,
+        request: InputRequest,
+        answer: JsonValue,
+        granted: Grant | None = None,
+    ) -> None:
+        record = state.turns[turn_id]
+        resumed = moved(record, "queued", resumes=record.resumes + 1)
+        # The request is stored with its answer: a later resume is checked against it,
+        # and the answer is only ever handed to the tool call that asked.
+        kept = {**answer, "call": request.call_id, "request": request.as_dict()}
+        commit = Commit(
+            steps=(StoredStep(answer_step(turn_id, request.id), turn_id, kept),),
+            turns=(resumed,),
+            status="running",
+            # written only if the turn is still suspended: of two resumes racing (two
+            # clicks, two processes), exactly one is applied
+            expect=((turn_id, "suspended"),),
+        )
+        try:
+            caller_left = await self._writer.commit_shielded(commit)
+        except StoreConflictError:
+            await self._shared.reread_unless_busy()  # another process answered: read what it wrote
+            raise await self._not_suspended_error(
+                turn_id, request.id, answer.get("by"), granted
+            ) from None
+        apply_commit(state, commit)
+        self._shared.host.cancel_expiry(self._shared.key, turn_id)
+        self._shared.queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
+        # If the runtime is closed, the answer is stored all the same and the turn runs at
+        # the next start.
+        with contextlib.suppress(RuntimeClosedError):
+            self._worker.start()
+        if caller_left:
+            raise asyncio.CancelledError

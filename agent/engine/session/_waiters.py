@@ -1,0 +1,145 @@
+"""`Waiters`: who waits on or watches a session's turns, and how events and endings reach them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent, TurnFailed
+from agent.core.records import StoredSession
+from agent.core.turns import TurnResult, outcome_of
+from agent.engine.replay import fold_turn
+from agent.engine.session._state import Observer, SessionState
+from agent.errors import RuntimeClosedError, UnknownTurnError
+
+__all__ = ["Waiters"]
+
+logger = logging.getLogger("agent")
+
+
+class Waiters:
+    """Result waiters, observers and streams of one session's turns."""
+
+    def __init__(self, shared: SessionState) -> None:
+        self._shared = shared
+
+    async def result(self, turn_id: str) -> TurnResult:
+        """Wait for the turn to end (or be suspended); see `AgentSession.result`."""
+        state = await self._shared.loaded()
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+        # a suspend whose cancel its run is writing is not how the turn ends
+        outcome = outcome_of(record, state.cancels)
+        if outcome is not None:
+            return outcome
+        self._shared.refuse_if_halted()
+        waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        self._shared.waiters.setdefault(turn_id, []).append(waiter)
+        return await waiter
+
+    async def observe(
+        self, callback: Observer, *, turn_id: str | None, replay: bool
+    ) -> Callable[[], None]:
+        """Subscribe ``callback``; see `AgentSession.observe`."""
+        state = await self._shared.loaded()
+        if replay and turn_id is not None and turn_id in state.turns:
+            for event in fold_turn(self._shared.key, state, state.turns[turn_id]):
+                callback(event)
+        entry = (turn_id, callback)
+        observers = self._shared.observers
+        observers.append(entry)
+        return lambda: observers.remove(entry) if entry in observers else None
+
+    async def stream(self, turn_id: str, *, replay: bool) -> AsyncIterator[TurnEvent]:
+        """The events of one turn until its terminal event; see `AgentSession.stream`."""
+        state = await self._shared.loaded()
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+        if not replay and not record.is_unfinished:
+            return
+        queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
+        stop = await self.observe(queue.put_nowait, turn_id=turn_id, replay=replay)
+        if self._shared.halted is not None and record.is_unfinished:
+            # the session is halted: the turn will not move until the runtime starts again
+            queue.put_nowait(self.halted_event(turn_id))
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if event.type in TERMINAL_EVENT_TYPES:
+                    return
+        finally:
+            stop()
+
+    def emit(self, event: TurnEvent) -> None:
+        """Hand ``event`` to this session's observers, then to the host's sinks."""
+        for wanted, callback in tuple(self._shared.observers):
+            if wanted is None or wanted == event.turn_id:
+                try:
+                    callback(event)
+                except Exception:
+                    logger.exception("an observer of %s failed on %s", self._shared.key, event.type)
+        self._shared.host.emit(event)
+
+    def settle(self, turn_id: str, result: TurnResult) -> None:
+        """Give those waiting on ``turn_id`` its result."""
+        for waiter in self._shared.waiters.pop(turn_id, []):
+            if not waiter.done():
+                waiter.set_result(result)
+
+    def settle_ended(self, state: StoredSession) -> None:
+        """Answer those waiting on turns that ended, or a reset archived, in another process."""
+        for turn_id in list(self._shared.waiters):
+            record = state.turns.get(turn_id)
+            if turn_id in state.retired:
+                archived = UnknownTurnError(self._shared.no_turn(state, turn_id))
+                for waiter in self._shared.waiters.pop(turn_id):
+                    if not waiter.done():
+                        waiter.set_exception(archived)
+                continue
+            outcome = outcome_of(record, state.cancels) if record is not None else None
+            if outcome is None:
+                continue
+            for waiter in self._shared.waiters.pop(turn_id):
+                if not waiter.done():
+                    waiter.set_result(outcome)
+
+    def abandon(self) -> None:
+        """Tell everyone awaiting a turn that this runtime will not finish it."""
+        self.fail_all(
+            lambda turn_id: RuntimeClosedError(
+                f"the runtime closed before turn {turn_id} of {self._shared.key} ended; "
+                "it resumes from its last checkpoint on the next start"
+            )
+        )
+
+    def fail_all(self, error_for: Callable[[str], Exception]) -> None:
+        """Fail every waiter with ``error_for(its turn id)``, and a pending reset's callers."""
+        for turn_id, waiters in self._shared.waiters.items():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(error_for(turn_id))
+        self._shared.waiters.clear()
+        resetting = self._shared.reset_done
+        if resetting is not None and not resetting.done():
+            resetting.set_exception(
+                RuntimeClosedError(
+                    f"{self._shared.key} stopped before its reset was carried out; "
+                    "the next start carries it out"
+                )
+                if self._shared.halted is None
+                else self._shared.halted_error()
+            )
+
+    def halted_event(self, turn_id: str) -> TurnFailed:
+        """The event that tells a turn's watchers the halted session will not run it now."""
+        return TurnFailed(
+            agent=self._shared.key.agent,
+            session=self._shared.key.session_id,
+            turn_id=turn_id,
+            seq=0,
+            error=f"internal error: {self._shared.halted}",
+        )

@@ -1,0 +1,91 @@
+"""The transactions that open and end a turn, and the tool calls a turn still owes."""
+
+from __future__ import annotations
+
+from agent._json import JsonValue
+from agent.core.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolMessage,
+    TriggerMessage,
+    UserMessage,
+)
+from agent.core.records import Commit, StoredMessage, StoredSession, StoredStep
+from agent.core.turns import Cancelled, Failed, TurnRecord, moved
+
+__all__ = [
+    "CANCELLED_CALL",
+    "NOT_RUN_AFTER_FAILURE",
+    "ending_commit",
+    "opening_commit",
+    "owed_calls",
+]
+
+NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
+"""The result a call gets when the turn failed before the call could run."""
+CANCELLED_CALL = {"cancelled": True}
+"""The result a call gets when the turn was cancelled before the call could run."""
+
+
+def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
+    """The transaction that opens a turn: its first message, and its record as running."""
+    given = record.input
+    message: Message
+    if given.trigger == "proactive":
+        message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
+    else:
+        message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
+    opened = moved(record, "running", opening_index=index)
+    return opened, Commit(
+        messages=(StoredMessage(index, message),), turns=(opened,), status="running"
+    )
+
+
+def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall, ...], int]:
+    """The calls of the newest assistant message, if it is ``turn_id``'s, still without a result.
+
+    Returns:
+        The calls, and the transcript index of the message that made them (-1 if none).
+    """
+    i = len(transcript) - 1
+    answered: set[str] = set()
+    while i >= 0 and isinstance(transcript[i], ToolMessage):
+        answered.add(transcript[i].call_id)  # type: ignore[union-attr]
+        i -= 1
+    last = transcript[i] if i >= 0 else None
+    if not isinstance(last, AssistantMessage) or last.turn_id != turn_id:
+        return (), -1
+    return tuple(c for c in last.tool_calls if c.id not in answered), i
+
+
+def ending_commit(
+    state: StoredSession, record: TurnRecord, result: Failed | Cancelled, closing: JsonValue
+) -> Commit:
+    """The transaction that ends a turn early: its record, and a result for each owed call.
+
+    Every call the turn still owes gets ``closing`` as its result, so the next model
+    call gets a valid transcript (a call with no result is refused by the model's API
+    from then on, which would wedge the conversation for good).
+    """
+    owed, at = owed_calls(state.transcript, record.turn_id)
+    messages: list[StoredMessage] = []
+    steps: list[StoredStep] = []
+    for offset, call in enumerate(owed):
+        index = len(state.transcript) + offset
+        message = ToolMessage(
+            turn_id=record.turn_id, call_id=call.id, name=call.name, result=closing, is_error=True
+        )
+        messages.append(StoredMessage(index, message))
+        steps.append(
+            StoredStep(f"tool:{at}:{call.id}", record.turn_id, {"message": index, "is_error": True})
+        )
+    ended = moved(record, result.status, result=result)
+    return Commit(
+        messages=tuple(messages),
+        steps=tuple(steps),
+        turns=(ended,),
+        # A turn that never opened wrote nothing of the session, so the session's status
+        # is left as it is; one that opened held the session, which is idle once it ends.
+        status="idle" if record.opening_index is not None else None,
+    )

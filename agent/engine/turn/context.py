@@ -1,0 +1,140 @@
+"""What the steps of one run of a turn share: the turn, its session's state, and its plumbing.
+
+A run's model steps and tool steps read the same transcript, commit under the
+same lease, emit events in one numbered sequence and stop at the same cancel.
+`RunContext` holds all of that, so that each kind of step can be a plain
+function of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from agent._json import JsonValue
+from agent.core.events import TurnEvent
+from agent.core.records import Commit, SessionKey, StoredSession, apply_commit
+from agent.core.turns import TurnRecord
+from agent.definition.agent import Agent
+from agent.definition.policies import resolve_policy
+from agent.ports import SessionStore
+
+__all__ = ["Interrupted", "RunContext", "StepFailed", "is_being_cancelled"]
+
+
+class Interrupted(Exception):
+    """The turn was cancelled (or ran out of time) while a step was in flight."""
+
+
+class StepFailed(Exception):
+    """A step failed in a way that fails the turn; ``phase`` and ``step`` say where."""
+
+    def __init__(self, error: str, *, phase: str, step: str) -> None:
+        super().__init__(error)
+        self.error, self.phase, self.step = error, phase, step
+
+
+class RunContext:
+    """One run of one turn, as each of its steps sees it."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        store: SessionStore,
+        key: SessionKey,
+        state: StoredSession,
+        record: TurnRecord,
+        emit: Callable[[TurnEvent], None],
+        clock: Callable[[], float],
+        holder: str | None,
+    ) -> None:
+        self.agent = agent
+        self.holder = holder
+        """The session's lease this run writes under: the store refuses it once another took it."""
+        self.store = store
+        self.key = key
+        self.state = state
+        """The session in memory; each commit of this run is mirrored into it."""
+        self.transcript = state.transcript
+        self.record = record
+        """The turn's record as last committed."""
+        self._emit_to = emit
+        self._seq = 0
+        self._clock = clock
+        self._answers: dict[str, JsonValue] | None = None
+        self.interrupted = asyncio.Event()
+        """Set when the turn is to stop at its next checkpoint boundary."""
+        self._timed_out = False
+        given = record.input
+        # A turn admitted with no policy (before policies existed, or by a program) runs
+        # under its source's policy as the agent has it now, rather than with every tool.
+        policy = given.policy or (
+            resolve_policy(agent, given.event.source) if given.event else None
+        )
+        self.denied = frozenset(policy.deny_tools) if policy else frozenset()
+        """Tools this turn's policy denies: never listed, and called, unknown."""
+        self.system = policy.system if policy else agent.instructions
+        self.tool_specs = tuple(s for s in agent.tool_specs if s.name not in self.denied)
+
+    @property
+    def turn_id(self) -> str:
+        """The turn this run drives."""
+        return self.record.turn_id
+
+    def now(self) -> float:
+        """The runtime's clock, in seconds since the epoch."""
+        return self._clock()
+
+    def cancel_reason(self) -> str | None:
+        """Why the turn is to stop: its stored cancel request, or ``timeout``; None to go on."""
+        reason = self.state.cancels.get(self.turn_id)
+        if reason is None and self._timed_out:
+            reason = "timeout"
+        return reason
+
+    def stop_if_cancelled(self) -> None:
+        """Raise `Interrupted` at a checkpoint boundary if the turn is to stop."""
+        if self.cancel_reason() is not None:
+            raise Interrupted
+
+    def time_up(self) -> None:
+        """The turn ran out of time: it stops at its next boundary, as if cancelled."""
+        self._timed_out = True
+        self.interrupted.set()
+
+    async def answers(self) -> dict[str, JsonValue]:
+        """This turn's stored answers by step id, read once per run."""
+        if self._answers is None:
+            steps = await self.store.load_steps(self.key, self.turn_id)
+            self._answers = {k: v for k, v in steps.items() if k.startswith("input:")}
+        return self._answers
+
+    async def commit(self, commit: Commit) -> None:
+        """Write ``commit`` under this run's lease, then mirror it into memory."""
+        # Only the session's own worker awaits here, and cancelling it means the runtime
+        # is closing and drops this state, so a write that lands after the cancel is fine.
+        commit = dataclasses.replace(commit, holder=self.holder)
+        await self.store.commit(self.key, commit)
+        apply_commit(self.state, commit)
+        self.record = self.state.turns[self.turn_id]
+
+    def emit(self, event_type: type[Any], **fields: Any) -> None:
+        """Emit an event of this turn, numbered in the order this run emits them."""
+        self._seq += 1
+        event = event_type(
+            agent=self.key.agent,
+            session=self.key.session_id,
+            turn_id=self.turn_id,
+            seq=self._seq,
+            **fields,
+        )
+        self._emit_to(event)
+
+
+def is_being_cancelled() -> bool:
+    """Whether the task running this turn was asked to stop (a shutdown, a deploy)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

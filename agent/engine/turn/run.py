@@ -1,0 +1,220 @@
+"""`TurnRun`: drives one turn from wherever its transcript says it stands to its ending.
+
+The loop reads its position off the transcript: an assistant message with calls
+still owed a result means tool steps, anything else means a model step, and a
+reply that asks for no tool ends the turn. The run writes the ending itself:
+completed, failed, cancelled, or suspended on a person's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from agent.core.events import (
+    InputRequested,
+    MessageCompleted,
+    TurnCancelled,
+    TurnCompleted,
+    TurnEvent,
+    TurnFailed,
+    TurnStarted,
+)
+from agent.core.hitl import InputRequest, InputRequired
+from agent.core.messages import AssistantMessage, Usage
+from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
+from agent.core.turns import (
+    Cancelled,
+    Completed,
+    Failed,
+    Suspended,
+    TurnRecord,
+    TurnResult,
+    moved,
+)
+from agent.definition.agent import Agent
+from agent.engine.turn.commits import (
+    CANCELLED_CALL,
+    NOT_RUN_AFTER_FAILURE,
+    ending_commit,
+    opening_commit,
+    owed_calls,
+)
+from agent.engine.turn.context import Interrupted, RunContext, StepFailed
+from agent.engine.turn.model_step import model_step
+from agent.engine.turn.tool_step import tool_step
+from agent.errors import StoreError
+from agent.ports import SessionStore
+
+__all__ = ["TurnRun"]
+
+
+class TurnRun:
+    """Drives one turn from wherever its transcript says it stands to a result."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        store: SessionStore,
+        key: SessionKey,
+        state: StoredSession,
+        record: TurnRecord,
+        emit: Callable[[TurnEvent], None],
+        clock: Callable[[], float] = time.time,
+        holder: str | None = None,
+    ) -> None:
+        self._run = RunContext(
+            agent=agent,
+            store=store,
+            key=key,
+            state=state,
+            record=record,
+            emit=emit,
+            clock=clock,
+            holder=holder,
+        )
+
+    @property
+    def turn_id(self) -> str:
+        """The turn this run drives."""
+        return self._run.turn_id
+
+    def interrupt(self) -> None:
+        """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
+
+        A model reply being streamed is abandoned (its request aborted) at once; a tool
+        that is running finishes, and its result commits.
+        """
+        self._run.interrupted.set()
+
+    async def run(self) -> TurnResult:
+        """Run the turn until it completes, fails, is cancelled or suspends; each step commits."""
+        limit = self._run.agent.max_turn_seconds
+        timer = None
+        if limit is not None:
+            # each run has the whole limit: time spent suspended on an answer does not count
+            timer = asyncio.get_running_loop().call_later(limit, self._run.time_up)
+        try:
+            return await self._run_to_ending()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _run_to_ending(self) -> TurnResult:
+        run = self._run
+        if reason := run.cancel_reason():
+            # The cancel came before the turn opened (nothing of it is written yet), or the
+            # turn was recovered after a stop with its cancel already stored.
+            return await self._cancel(reason)
+        await self._open()
+        trigger = "resume" if run.record.resumes else run.record.input.trigger
+        run.emit(TurnStarted, trigger=trigger)
+        try:
+            return await self._loop()
+        except StepFailed as failure:
+            return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+        except Interrupted:
+            return await self._cancel(run.cancel_reason() or "requested")
+        except InputRequired as asked:
+            if reason := run.cancel_reason():
+                return await self._cancel(reason)  # nobody is to be asked for a cancelled turn
+            return await self._suspend(asked.request)
+
+    async def _suspend(self, request: InputRequest) -> TurnResult:
+        """Suspend the turn on ``request``, in one checkpoint.
+
+        The checkpoint holds everything the resumed turn needs, so nothing of the
+        turn is kept in memory while it waits for the answer.
+        """
+        run = self._run
+        given = run.record.input
+        result = Suspended(
+            turn_id=run.turn_id,
+            request=request,
+            opening_text=given.text,
+            event=given.event,
+            policy=given.policy,
+        )
+        record = moved(run.record, "suspended", result=result)
+        await run.commit(Commit(turns=(record,), status="suspended"))
+        if reason := run.cancel_reason():
+            # a cancel came while the suspend was being written: nobody is to be asked after all
+            return await self._cancel(reason)
+        run.emit(InputRequested, request=request.as_dict())
+        return result
+
+    async def _open(self) -> None:
+        run = self._run
+        if run.record.opening_index is not None:
+            return  # a replay: the opening message is already in the transcript
+        _, commit = opening_commit(run.record, len(run.transcript))
+        await run.commit(commit)
+
+    async def _loop(self) -> TurnResult:
+        run = self._run
+        while True:
+            last = run.transcript[-1]
+            if last.turn_id != run.turn_id:
+                raise StoreError(
+                    f"{run.key}: turn {run.turn_id} is not at the end of the transcript "
+                    f"(turn {last.turn_id} is); refusing to continue it out of order"
+                )
+            if isinstance(last, AssistantMessage) and not last.tool_calls:
+                # the reply that ends the turn is written, but the turn was never marked
+                # completed: mark it now
+                return await self._complete(last.text)
+            owed, at = owed_calls(run.transcript, run.turn_id)
+            if owed:
+                for call in owed:
+                    # a cancel is honoured between calls; the calls not run get a closing result
+                    run.stop_if_cancelled()
+                    await tool_step(run, at, call)
+                continue
+            run.stop_if_cancelled()
+            final = await model_step(run, len(run.transcript))
+            if final is not None:
+                return await self._complete(final.text, final.messages, final.steps)
+
+    async def _complete(
+        self,
+        text: str,
+        messages: tuple[StoredMessage, ...] = (),
+        steps: tuple[StoredStep, ...] = (),
+    ) -> TurnResult:
+        """Mark the turn completed, in the same transaction as its final reply when given."""
+        run = self._run
+        usage = self._usage_so_far(messages)
+        result = Completed(turn_id=run.turn_id, text=text, usage=usage)
+        record = moved(run.record, "completed", result=result)
+        await run.commit(Commit(messages=messages, steps=steps, turns=(record,), status="idle"))
+        if messages and text:
+            run.emit(MessageCompleted, text=text, index=messages[0].index)
+        run.emit(TurnCompleted, text=text, usage=usage)
+        return result
+
+    def _usage_so_far(self, pending: tuple[StoredMessage, ...]) -> Usage:
+        """The turn's committed model usage, read off the transcript so a replay counts it too."""
+        run = self._run
+        total = Usage()
+        start = run.record.opening_index or 0
+        replies = [*run.transcript[start:], *(stored.message for stored in pending)]
+        for message in replies:
+            if isinstance(message, AssistantMessage) and message.turn_id == run.turn_id:
+                total += message.usage or Usage()
+        return total
+
+    async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
+        run = self._run
+        result = Failed(turn_id=run.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
+        await run.commit(ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE))
+        run.emit(TurnFailed, error=error, phase=phase, step=step)
+        return result
+
+    async def _cancel(self, reason: str) -> TurnResult:
+        run = self._run
+        result = Cancelled(turn_id=run.turn_id, reason=reason)
+        await run.commit(ending_commit(run.state, run.record, result, CANCELLED_CALL))
+        run.emit(TurnCancelled, reason=reason)
+        return result
