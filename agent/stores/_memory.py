@@ -161,7 +161,7 @@ class MemoryStore:
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)
-        return s is not None and _rules.has_admitted_a_turn(s.live)
+        return s is not None and _rules.counts_as_a_session(s.live)
 
     async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
         deliveries = self._session(key).deliveries
@@ -228,7 +228,7 @@ class MemoryStore:
         for key, s in self._sessions.items():
             if key.agent != agent or not key.session_id.startswith(prefix):
                 continue
-            if not _rules.has_admitted_a_turn(s.live):
+            if not _rules.counts_as_a_session(s.live):
                 continue
             first = min(s.live.turns.values(), key=lambda t: t.seq, default=None)
             found.append(

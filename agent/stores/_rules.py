@@ -30,7 +30,7 @@ __all__ = [
     "check_expected",
     "check_holder",
     "check_reset_pending",
-    "has_admitted_a_turn",
+    "counts_as_a_session",
     "is_held_by",
     "newest_first",
     "take_lease",
@@ -167,13 +167,15 @@ def is_held_by(current: Lease | None, holder: str) -> bool:
 # -- sessions ----------------------------------------------------------------
 
 
-def has_admitted_a_turn(live: StoredSession) -> bool:
-    """Whether a session exists for `has_session` and `list_sessions`: it admitted a turn.
+def counts_as_a_session(live: StoredSession) -> bool:
+    """Whether a session exists for `has_session` and `list_sessions`.
 
-    A turn it still holds or one a reset archived; a delivery, a logged event or
-    a read alone makes no session.
+    It does once it admitted a turn or was reset (a reset archives its turns and
+    starts the next generation, so a session reset before its first turn is
+    still one a person started over); a delivery, a logged event or a read
+    alone makes no session.
     """
-    return bool(live.turns or live.retired)
+    return bool(live.turns) or live.generation > 0
 
 
 def title_of(first: TurnRecord | None) -> str | None:

@@ -426,3 +426,13 @@ async def test_a_turn_another_process_admitted_is_seen_before_the_next_one(tmp_p
     finally:
         await server_store.close()
         await command_store.close()
+
+
+async def test_a_session_reset_before_its_first_turn_stays_listed(store):
+    # the console's reset of a session nobody has asked anything in yet
+    agent = Agent(name="bot", instructions="x", model=ScriptedModel(lambda request: reply("x")))
+    async with AgentRuntime(store, [agent]) as runtime:
+        await runtime.session("bot", "http:fresh").reset()
+    assert await store.has_session(SessionKey("bot", "http:fresh"))
+    listed = [s.session_id for s in await store.list_sessions("bot", prefix="http:")]
+    assert listed == ["http:fresh"]

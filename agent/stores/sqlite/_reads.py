@@ -18,7 +18,7 @@ from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
 from agent.stores.sqlite._schema import (
     SessionIds,
     address,
-    admitted_a_turn,
+    counts_as_a_session,
     low_of,
     span,
     status_in,
@@ -160,8 +160,8 @@ def has_session(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> b
     sid = ids.find(conn, key)
     if sid is None:
         return False
-    [(admitted,)] = conn.execute(f"SELECT {admitted_a_turn('?')}", (sid, sid))
-    return bool(admitted)
+    [(exists,)] = conn.execute(f"SELECT {counts_as_a_session('?')}", (sid, sid))
+    return bool(exists)
 
 
 def deliveries(conn: sqlite3.Connection, agent: str) -> list[tuple[str, str, str]]:
@@ -216,6 +216,6 @@ def list_sessions(conn: sqlite3.Connection, agent: str, prefix: str) -> list[tup
         " (SELECT max(at) FROM events WHERE id > (s.id << 32) AND id < ((s.id + 1) << 32)),"
         " (SELECT record FROM turns WHERE session = s.id ORDER BY seq LIMIT 1)"
         " FROM sessions AS s WHERE s.agent = ? AND substr(s.session_id, 1, ?) = ?"
-        f" AND {admitted_a_turn('s.id')}",
+        f" AND {counts_as_a_session('s.id')}",
         (agent, len(prefix), prefix),
     ).fetchall()

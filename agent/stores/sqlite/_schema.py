@@ -21,8 +21,8 @@ __all__ = [
     "SessionIds",
     "Synchronous",
     "address",
-    "admitted_a_turn",
     "configure",
+    "counts_as_a_session",
     "low_of",
     "span",
     "status_in",
@@ -227,15 +227,15 @@ def status_in(column: str, statuses: frozenset[str]) -> str:
     return f"{column} IN (" + ", ".join(f"'{status}'" for status in sorted(statuses)) + ")"
 
 
-def admitted_a_turn(session: str) -> str:
-    """SQL for `_rules.has_admitted_a_turn` about the session numbered ``session``.
+def counts_as_a_session(session: str) -> str:
+    """SQL for `_rules.counts_as_a_session` about the session numbered ``session``.
 
-    True when it holds a turn or a reset archived one; both lookups use the
-    leading column of a key, so neither reads more than one entry.
+    True when it holds a turn or was reset; both lookups use the leading column
+    of a key, so neither reads more than one entry.
     """
     return (
         f"(EXISTS (SELECT 1 FROM turns WHERE session = {session})"
-        f" OR EXISTS (SELECT 1 FROM archived_turns WHERE session = {session}))"
+        f" OR (SELECT generation FROM sessions WHERE id = {session}) > 0)"
     )
 
 

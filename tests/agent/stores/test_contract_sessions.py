@@ -223,12 +223,13 @@ async def test_a_session_whose_turns_a_reset_archived_still_exists(store: Store)
     assert (listed.session_id, listed.status, listed.title) == ("s1", "new", None)
 
 
-async def test_resetting_a_session_that_never_had_a_turn_makes_none(store: Store):
+async def test_a_session_reset_before_its_first_turn_is_still_a_session(store: Store):
+    # a person who starts a console session over before asking anything still has it
     await store.commit(KEY, Commit(reset_through=0, archive=True))
 
     assert (await store.load(KEY)).generation == 1
-    assert not await store.has_session(KEY)
-    assert await store.list_sessions("a") == []
+    assert await store.has_session(KEY)
+    assert [s.session_id for s in await store.list_sessions("a")] == [KEY.session_id]
 
 
 async def test_sessions_are_listed_newest_event_first_with_their_first_words(store: Store):
