@@ -94,11 +94,11 @@ class TurnStore(Protocol):
         ...
 
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
-        """Every turn parked for a person's answer."""
+        """Every turn suspended for a person's answer."""
         ...
 
-    async def cancelled_parks(self) -> list[SessionKey]:
-        """Every session parked on a turn whose cancel was stored but not yet carried out."""
+    async def cancelled_suspensions(self) -> list[SessionKey]:
+        """Every session suspended on a turn whose cancel was stored but not yet carried out."""
         ...
 
     async def pending_resets(self) -> list[SessionKey]:

@@ -128,7 +128,7 @@ class AgentRuntime:
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
-        for key in await self.store.cancelled_parks():
+        for key in await self.store.cancelled_suspensions():
             if key.agent in self._agents:
                 # a cancel that came while the suspend was being written, then the
                 # process stopped before the suspend's run could end the turn

@@ -115,7 +115,7 @@ class MemoryStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return self._turns_in(_rules.SUSPENDED)
 
-    async def cancelled_parks(self) -> list[SessionKey]:
+    async def cancelled_suspensions(self) -> list[SessionKey]:
         return [
             key
             for key, s in self._sessions.items()

@@ -40,7 +40,7 @@ __all__ = [
 UNFINISHED: Final = TURN_STATUSES_UNFINISHED
 """The statuses of a turn still to run: `SessionStore.unfinished_turns` lists them."""
 SUSPENDED: Final = frozenset({"suspended"})
-"""The status of a turn parked for a person's answer: `SessionStore.suspended_turns`."""
+"""The status of a turn suspended for a person's answer: `SessionStore.suspended_turns`."""
 LET_GO: Final = 0.0
 """The ``until`` of a lease its holder let go: it ran out long ago, so anyone may take it."""
 

@@ -263,7 +263,8 @@ class AgentSession:
         if isinstance(result, Cancelled):
             raise TurnCancelledError(result.reason, turn_id=turn_id)
         raise TurnSuspendedError(
-            f"turn {turn_id} parked for input; turn() does not wait for people", turn_id=turn_id
+            f"turn {turn_id} is suspended for input; turn() does not wait for people",
+            turn_id=turn_id,
         )
 
     async def observe(

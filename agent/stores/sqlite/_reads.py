@@ -25,7 +25,7 @@ from agent.stores.sqlite._schema import (
 )
 
 __all__ = [
-    "cancelled_parks",
+    "cancelled_suspensions",
     "deliveries",
     "event_bounds",
     "has_session",
@@ -135,7 +135,7 @@ def turns_in(
     ]
 
 
-def cancelled_parks(conn: sqlite3.Connection) -> list[SessionKey]:
+def cancelled_suspensions(conn: sqlite3.Connection) -> list[SessionKey]:
     rows = conn.execute(
         "SELECT DISTINCT s.agent, s.session_id FROM turns AS t JOIN sessions AS s"
         " ON s.id = t.session WHERE t.status = 'suspended' AND t.cancel IS NOT NULL"

@@ -72,7 +72,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session, turn_id, step_id)
     ) WITHOUT ROWID;
     """,
-    # parked turns are found at start-up, to expire the requests nobody answered
+    # suspended turns are found at start-up, to expire the requests nobody answered
     """
     CREATE INDEX turns_suspended ON turns (status) WHERE status = 'suspended';
     """,

@@ -108,8 +108,8 @@ class SQLiteStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return await self._run(_reads.turns_in, _rules.SUSPENDED)
 
-    async def cancelled_parks(self) -> list[SessionKey]:
-        return await self._run(_reads.cancelled_parks)
+    async def cancelled_suspensions(self) -> list[SessionKey]:
+        return await self._run(_reads.cancelled_suspensions)
 
     async def pending_resets(self) -> list[SessionKey]:
         return await self._run(_reads.pending_resets)

@@ -247,10 +247,10 @@ async def test_cancelled_parks_are_suspended_turns_with_a_stored_cancel(store: S
     await store.commit(KEY, Commit(turns=(record("t1", 1, "suspended"),)))
     await store.commit(OTHER, Commit(turns=(record("u1", 1, "running"),)))
     await store.commit(OTHER, Commit(cancels=(("u1", "requested"),)))
-    assert await store.cancelled_parks() == []
+    assert await store.cancelled_suspensions() == []
 
     await store.commit(KEY, Commit(cancels=(("t1", "requested"),)))
-    assert await store.cancelled_parks() == [KEY]
+    assert await store.cancelled_suspensions() == [KEY]
 
 
 # -- reset and archive -----------------------------------------------------------
