@@ -3,6 +3,12 @@
 Every listener returns at once. Slack retries an event it does not see
 acknowledged within 3 seconds, so the work (a turn, a decision, a policy
 command's answer) runs in a task the Slack channel keeps and drains at shutdown.
+
+A request no listener matches (an event the app is subscribed to but ignores,
+a click on another app's button, a shortcut...) is acknowledged too: Bolt would
+answer it 404, which Slack counts as a failed delivery and sends again. That is
+decided after every listener was asked, wherever it was registered, so no
+listener of this app's is ever passed over.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltRequest, AsyncRespond
+from slack_bolt.error import BoltUnhandledRequestError
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -29,8 +37,11 @@ logger = logging.getLogger("bot.slack")
 
 
 def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
-    """The Bolt app: every subscribed event type has a listener (an unhandled one is retried)."""
-    bolt = AsyncApp(client=client, signing_secret=signing_secret)
+    """The Bolt app: the listeners of what the bot does; anything else Slack sends is acked."""
+    bolt = AsyncApp(
+        client=client, signing_secret=signing_secret, raise_error_for_unhandled_request=True
+    )
+    bolt.error(_on_error)
 
     async def on_message_event(body: dict[str, Any]) -> None:
         channel.on_event(body)  # returns at once: the turn runs in a task of the channel's
@@ -69,6 +80,24 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     bolt.event("app_home_opened")(on_home_opened)
     bolt.command(POLICY_COMMAND)(on_policy_command)
     return bolt
+
+
+async def _on_error(error: Exception, request: AsyncBoltRequest) -> BoltResponse | None:
+    """Ack what no listener handles; anything else is a defect of the bot's, answered 500."""
+    if isinstance(error, BoltUnhandledRequestError):
+        logger.debug("nothing handles %s", _kind(request.body))
+        return BoltResponse(status=200, body="")
+    logger.error("a Slack request failed: %s", _kind(request.body), exc_info=error)
+    return None
+
+
+def _kind(body: dict[str, Any]) -> str:
+    """What a request is, for the log: its type, and its event's (no text, no ids)."""
+    kind = str(body.get("type") or ("command " + str(body.get("command")))[:40])
+    event = body.get("event")
+    if isinstance(event, dict):
+        kind += f" {str(event.get('type'))[:40]}"
+    return kind
 
 
 async def _respond(respond: AsyncRespond, answering: Awaitable[str]) -> None:

@@ -25,6 +25,10 @@ _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>[ \t]*")
 """A user mention, with the spaces after it (they go when the bot's own mention does)."""
 EMPTY_MENTION = "(an @mention with no text)"
+SLACKBOT = "USLACKBOT"
+"""Slackbot's user id: its messages (reminders, notices) carry no ``bot_id``, yet it is a bot."""
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""JSON may escape half a UTF-16 pair (``"\\ud800"``); Python keeps it, but it cannot be stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,8 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
         return Ignored(f"{kind} events start no turn")
     if event.get("bot_id") or event.get("subtype") not in _PERSON_SUBTYPES:
         return Ignored(f"not a person's message ({event.get('subtype') or 'bot'})")
+    if event.get("user") == SLACKBOT:
+        return Ignored("not a person's message (Slackbot)")
     user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
     # the workspace the app is installed in: in a Slack Connect channel the speaker's
     # own ``team`` differs, and one thread must stay one session
@@ -80,7 +86,8 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
         return Ignored("a message without user, channel, ts or team")
     if user == bot_user_id:
         return Ignored("the bot's own message")
-    text = str(event.get("text") or "")
+    # a lone surrogate is replaced, as a UTF-8 decoder does: the person still gets an answer
+    text = _LONE_SURROGATE.sub("\ufffd", str(event.get("text") or ""))
     mentioned = kind == "app_mention" or any(
         m.group(1) == bot_user_id for m in _MENTION.finditer(text)
     )
@@ -117,7 +124,8 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
 
 
 def _given(value: object) -> TypeGuard[str]:
-    return isinstance(value, str) and bool(value)
+    """A Slack id or ts: a non-empty string (Slack's are ASCII; one with a surrogate is not)."""
+    return isinstance(value, str) and bool(value) and not _LONE_SURROGATE.search(value)
 
 
 def _without_bot_mention(text: str, bot_user_id: str) -> str:
