@@ -132,3 +132,19 @@ def test_a_slack_connect_speaker_stays_in_the_installing_workspaces_session():
 
     assert isinstance(found, Inbound)
     assert found.session_id == "slack:T0:C0GEN:1700000000.000200"
+
+
+def test_slackbot_is_a_bot_though_its_messages_carry_no_bot_id():
+    found = read_event(
+        envelope(type="message", user="USLACKBOT", channel="D0SB", channel_type="im", text="hi"),
+        bot_user_id=BOT,
+    )
+
+    assert found == Ignored("not a person's message (Slackbot)")
+
+
+def test_a_lone_surrogate_in_the_text_is_replaced_and_one_in_an_id_starts_nothing():
+    assert inbound(type="app_mention", text="<@U0BOT> a \ud800 b").input.text == "a \ufffd b"
+    assert inbound(type="app_mention", text="<@U0BOT> \U0001f600").input.text == "\U0001f600"
+    found = read_event(envelope(type="app_mention", user="U0\udc00"), bot_user_id=BOT)
+    assert isinstance(found, Ignored)

@@ -287,3 +287,32 @@ async def test_a_message_with_a_lone_surrogate_is_answered_with_it_replaced(bot:
     assert (await post(bot, body, bot.signed(body)))[0] == 200
 
     assert await bot.replies_in(ts) == ["you said: half \ufffd a pair"]
+
+
+# -- Socket Mode ---------------------------------------------------------------------------
+
+
+async def test_in_socket_mode_a_malformed_envelope_leaves_the_socket_serving(bot: Bot):
+    from bot.slack.app import bolt_app
+    from bot.slack.run import socket_mode
+
+    sockets = bot.slack.socket_mode
+    async with socket_mode(
+        bolt_app(bot.channel, bot.client, SECRET), bot.client, bot.slack.app_token
+    ):
+        socket = await sockets._connection()
+        await socket.send_str("not json")  # each of these once killed nothing but itself
+        await socket.send_json({"type": "events_api", "envelope_id": "e-1", "payload": [1]})
+        await socket.send_json({"type": "events_api"})
+        broken = await sockets.push("interactive", {"type": "block_actions", "actions": []})
+        unhandled = await sockets.push("events_api", UNHANDLED["reaction_added"](bot))
+        ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> over the socket")
+        good = await sockets.push(
+            "events_api", bot.envelope("app_mention", "<@U0BOT> over the socket", ts)
+        )
+
+        assert await sockets.ack_of(good) == {"envelope_id": good}
+        assert await sockets.ack_of(unhandled) == {"envelope_id": unhandled}  # was a 404: none
+        assert await bot.replies_in(ts) == ["you said: over the socket"]
+        assert broken not in sockets.acks  # refused: Bolt's 500 is not acked
+        assert sockets.connections == 1
