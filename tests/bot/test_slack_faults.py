@@ -10,6 +10,7 @@ for what the first attempt did (message metadata, read back with
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -17,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.settings import Settings
 from bot.slack.run import slack_client
+from tests.bot.slack_harness import Bot, ask_for_approval, running_bot
 from tests.fakes.slack_api import FakeSlack
 
 
@@ -91,3 +93,57 @@ async def test_a_rate_limited_post_waits_and_is_posted_once(slack: FakeSlack):
 
     assert [m.text for m in slack.messages(slack.channel_id)] == ["once"]
     assert [c.status for c in slack.calls_to("chat.postMessage")] == [429, 200]
+
+
+# --- the whole bot, on a Slack that drops connections ------------------------------
+
+
+@pytest.fixture
+async def bot(tmp_path: Path) -> AsyncIterator[Bot]:
+    async with running_bot(tmp_path) as running:
+        yield running
+
+
+async def mentioned(bot: Bot, text: str) -> str:
+    ts = bot.slack.post_user_message(bot.slack.channel_id, f"<@U0BOT> {text}")
+    assert await bot.deliver(bot.envelope("app_mention", f"<@U0BOT> {text}", ts)) == 200
+    return ts
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["after", "before"])
+@pytest.mark.parametrize("method", ["chat.startStream", "chat.appendStream", "chat.stopStream"])
+async def test_a_reply_whose_connection_dropped_shows_once_and_whole(
+    bot: Bot, method: str, applied: bool
+):
+    bot.slack.drop_connection(method, applied=applied)
+
+    ts = await mentioned(bot, "the deploy moved to Friday")
+
+    [only] = await bot.written_replies(ts)
+    assert only.text == "you said: the deploy moved to Friday"
+    assert only.stream != "streaming"
+    assert only.metadata is not None
+    assert only.metadata["event_type"] == "turnbot_reply"
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["after", "before"])
+async def test_a_reply_posted_without_streams_is_posted_once_when_its_connection_drops(
+    bot: Bot, applied: bool
+):
+    bot.slack.disable("chat.startStream")
+    bot.slack.drop_connection("chat.postMessage", applied=applied)
+
+    ts = await mentioned(bot, "hello")
+
+    assert [m.text for m in await bot.written_replies(ts)] == ["you said: hello"]
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["after", "before"])
+async def test_an_approval_card_whose_connection_dropped_is_shown_once(bot: Bot, applied: bool):
+    bot.slack.drop_connection("chat.postMessage", applied=applied)
+
+    ts, approval = await ask_for_approval(bot)
+    await bot.written_replies(ts)
+
+    cards = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.blocks]
+    assert [m.ts for m in cards] == [approval.ts]
