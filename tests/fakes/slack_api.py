@@ -347,6 +347,9 @@ class FakeSlack:
         self._delays: dict[str, collections.deque[float]] = collections.defaultdict(
             collections.deque
         )
+        self._holds: dict[str, collections.deque[asyncio.Event]] = collections.defaultdict(
+            collections.deque
+        )
         self.home_views: dict[str, Json] = {}
         self.command_responses: dict[str, list[Json]] = {}
         """What was posted to each slash command's ``response_url``, by its hook."""
@@ -477,13 +480,22 @@ class FakeSlack:
         """Answer the next ``times`` calls of ``method`` only after ``seconds`` (real time)."""
         self._delays[method].extend([seconds] * times)
 
-    def on_call(self, method: str, then: Callable[[], None], *, after: int = 0) -> None:
-        """Run ``then`` once a call of ``method`` is applied, before it is answered.
+    def on_call(
+        self, method: str, then: Callable[[], None], *, applied: bool = True, after: int = 0
+    ) -> None:
+        """Run ``then`` once a call of ``method`` is applied (or, not ``applied``, dropped).
 
         A crash test passes a function that kills the bot's process there, so the
-        bot dies at a known point: the call made, its answer never read.
+        bot dies at a known point: the call made (or not), its answer never read.
         """
-        self._faults[method].extend([None] * after + [_Fault("", 0, None, then=then)])
+        drop: Literal["before"] | None = None if applied else "before"
+        self._faults[method].extend([None] * after + [_Fault("", 0, None, drop, then)])
+
+    def hold_next(self, method: str) -> asyncio.Event:
+        """Keep the next call of ``method`` waiting until the returned event is set."""
+        held = asyncio.Event()
+        self._holds[method].append(held)
+        return held
 
     def disable(self, *methods: str) -> None:
         """Make ``methods`` answer ``unknown_method``, as on a workspace without them."""
@@ -584,6 +596,8 @@ class FakeSlack:
         values: Json = {}
         if self._delays[method]:
             await asyncio.sleep(self._delays[method].popleft())
+        if self._holds[method]:
+            await self._holds[method].popleft().wait()
         fault: _Fault | None = None
         try:
             values, token = await _read(request)
