@@ -10,6 +10,7 @@ is always sent as ``markdown_text``, so a reply reads the same either way.
 
 A reply is one message, unless it outgrows what one message holds (12,000
 characters of markdown): it then carries on in the next, cut at a paragraph.
+Each message is posted once, tagged with the reply's key (see `bot.slack.once`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.once import AMBIGUOUS, REPLY_EVENT, look_for, post_once, tag
+
 __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
 
 logger = logging.getLogger("bot.slack")
@@ -30,8 +33,7 @@ logger = logging.getLogger("bot.slack")
 THINKING = "is thinking…"
 WAITING = "waiting for an answer"
 PLACEHOLDER = "…"
-MAX_TASK_TITLE = 256
-MAX_TASK_DETAILS = 256
+MAX_TASK_TITLE = MAX_TASK_DETAILS = 256
 """Slack's limit on one task chunk's text (its agent progress guidance)."""
 MAX_STATUS = 150
 MAX_MESSAGE_CHARS = 12_000
@@ -55,6 +57,10 @@ class ThreadReply:
         team: Their workspace.
         on_open: Awaited with each message's ts as soon as it exists, so the
             message can be found again after a restart.
+        key: What names this reply in its messages' metadata (the turn, and where the
+            reply starts in it), so that a post whose answer was lost is found, not
+            made again.
+        after: The ts its messages are newer than (what it answers).
         flush_every: Seconds between stream appends (``chat.appendStream`` is Tier 4,
             about 100 a minute per workspace: a reply takes at most 60 of them).
         update_every: Seconds between updates of a message that is not streamed
@@ -70,6 +76,8 @@ class ThreadReply:
         recipient_user: str | None,
         team: str | None,
         on_open: OnOpen | None = None,
+        key: dict[str, str | int] | None = None,
+        after: str | None = None,
         flush_every: float = 1.0,
         update_every: float = 1.5,
         clock: Callable[[], float] = time.monotonic,
@@ -79,17 +87,20 @@ class ThreadReply:
         self._thread_ts = thread_ts
         self._recipient = (recipient_user, team)
         self._on_open = on_open
+        self._key = key or {}
+        self._after = after
         self._flush_every = flush_every
         self._update_every = update_every
         self._clock = clock
-        self._shown = ""
-        """What the current message says."""
+        self._shown = ""  # what the current message says
         self._pending = ""
         self._ts: str | None = None
         self._streaming = False
         self._last_flush = float("-inf")
         self._status_set = False
         self._earlier = ""
+        self._part = 0
+        """How many messages of the reply came before the current one."""
         """What the reply's earlier messages say, once it went on past one."""
         self._can_stream = thread_ts is not None
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
@@ -112,6 +123,13 @@ class ThreadReply:
     def has_text(self) -> bool:
         """Whether any text is in the reply yet."""
         return bool(self._shown or self._pending)
+
+    async def recover(self) -> str | None:
+        """Adopt (and return) a message a stopped process opened for the reply but never kept."""
+        ts = await self._find(untagged=self._can_stream)
+        if ts is not None:
+            await self.adopt(ts)
+        return ts
 
     async def adopt(self, ts: str) -> None:
         """Carry on in a message a stopped process left half written.
@@ -232,6 +250,7 @@ class ThreadReply:
             head, text = _cut(text, room) if room > 0 else ("", text)
             await self._write(head, last=True)
             self._earlier += self._shown
+            self._part += 1
             self._ts, self._shown, self._streaming = None, "", False
         await self._write(text, last=last)
 
@@ -259,12 +278,7 @@ class ThreadReply:
         if self._ts is None:
             if stream_only:
                 return
-            posted = await self._client.chat_postMessage(
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                markdown_text=text or PLACEHOLDER,
-            )
-            self._ts = str(posted["ts"])
+            self._ts = await self._post(text or PLACEHOLDER)
             self._thread_ts = self._thread_ts or self._ts  # what follows goes in its thread
         self._shown = text
         if self._on_open is not None:
@@ -275,19 +289,45 @@ class ThreadReply:
         assert self._thread_ts is not None  # a stream is only tried in a thread
         # a stream keeps to chunks throughout: Slack refuses markdown_text after chunks
         chunks = ([_markdown(text)] if text else []) + ([task] if task else [])
-        try:
-            started = await self._client.chat_startStream(
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                chunks=chunks or None,
-                recipient_user_id=user,
-                recipient_team_id=team,
-            )
-        except SlackApiError as exc:
-            logger.info("no streaming here (%s): posting the reply instead", _error(exc))
-            self._can_stream = False
+        for _ in range(2):
+            try:
+                started = await self._client.chat_startStream(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    chunks=chunks or None,
+                    recipient_user_id=user,
+                    recipient_team_id=team,
+                )
+            except SlackApiError as exc:
+                logger.info("no streaming here (%s): posting the reply instead", _error(exc))
+                self._can_stream = False
+                return
+            except AMBIGUOUS:  # applied or not: look for it before starting another
+                if (found := await self._find(untagged=True)) is not None:
+                    self._ts, self._streaming = found, True
+                    return
+                continue
+            self._ts, self._streaming = str(started["ts"]), True
             return
-        self._ts, self._streaming = str(started["ts"]), True
+        self._can_stream = False  # Slack cannot be reached for streams: post instead
+
+    def _tag(self) -> dict[str, Any]:  # ``part``: how many messages came before it
+        return tag(REPLY_EVENT, **self._key, part=self._part)
+
+    async def _find(self, *, untagged: bool) -> str | None:
+        return await look_for(
+            self._client, self._channel, self._thread_ts, self._tag(), untagged, self._after
+        )
+
+    async def _post(self, text: str) -> str:
+        return await post_once(
+            self._client,
+            self._channel,
+            self._thread_ts,
+            self._tag(),
+            after=self._after,
+            markdown_text=text,
+        )
 
     async def _send(self, chunks: list[dict[str, str]], *, stop: bool = False) -> bool:
         """Append ``chunks`` to the open stream (or end it with them); False if it is gone."""
@@ -295,7 +335,7 @@ class ThreadReply:
         try:
             if stop:
                 await self._client.chat_stopStream(
-                    channel=self._channel, ts=self._ts, chunks=chunks or None
+                    channel=self._channel, ts=self._ts, chunks=chunks or None, metadata=self._tag()
                 )
                 self._streaming = False
             else:
@@ -304,27 +344,32 @@ class ThreadReply:
                 )
             return True
         except SlackApiError as exc:
-            await self._lose_stream(exc)
+            await self._lose_stream(_error(exc))
+            return False
+        except AMBIGUOUS as exc:  # appended or not, nobody knows: the whole text goes next
+            await self._lose_stream(type(exc).__name__)
             return False
 
     async def _close_stream(self) -> None:
         await self._send([], stop=True)
 
-    async def _lose_stream(self, exc: SlackApiError) -> None:
+    async def _lose_stream(self, error: Any) -> None:
         """Carry on by updating the message: Slack closed the stream, or refused it."""
-        error = _error(exc)
         logger.info("stream %s refused (%s): updating the message instead", self._ts, error)
         self._streaming = False
         if error not in STREAM_GONE and self._ts is not None:
             # still open: an open stream cannot be updated, so end it first (best effort)
-            with contextlib.suppress(SlackApiError):
+            with contextlib.suppress(SlackApiError, *AMBIGUOUS):
                 await self._client.chat_stopStream(channel=self._channel, ts=self._ts)
 
     async def _update(self) -> None:
         assert self._ts is not None
         try:
             await self._client.chat_update(
-                channel=self._channel, ts=self._ts, markdown_text=self._shown or PLACEHOLDER
+                channel=self._channel,
+                ts=self._ts,
+                markdown_text=self._shown or PLACEHOLDER,
+                metadata=self._tag(),
             )
         except SlackApiError as exc:
             logger.error("could not update reply %s: %s", self._ts, _error(exc))

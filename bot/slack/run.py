@@ -20,6 +20,9 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import AgentRuntime, ConfigError
@@ -28,6 +31,7 @@ from bot.settings import Settings
 from bot.slack.channel import SlackChannel
 
 __all__ = [
+    "REPEATABLE",
     "SHUTDOWN_GRACE_SECONDS",
     "Identity",
     "SlackConnection",
@@ -43,10 +47,56 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 """How long replies in flight get after SIGTERM; the whole stop stays under 10 s."""
 
 
+REPEATABLE = frozenset(
+    {
+        "auth.test",
+        "apps.connections.open",
+        "assistant.threads.setStatus",
+        "chat.delete",
+        "chat.stopStream",
+        "chat.update",
+        "conversations.history",
+        "conversations.info",
+        "conversations.list",
+        "conversations.replies",
+        "users.info",
+        "views.publish",
+    }
+)
+"""The methods a dropped connection may send again: reads, and writes that come out the
+same however often they are applied (``chat.update`` sets the whole message; a second
+``chat.delete`` or ``chat.stopStream`` is refused, changing nothing). ``chat.postMessage``,
+``chat.startStream``, ``chat.appendStream`` and ``chat.postEphemeral`` are not in it:
+sent again after Slack applied them, they post (or append) twice. Their callers look for
+what the first attempt did instead (see `bot.slack.reply`)."""
+
+
+class RepeatableRetryHandler(AsyncConnectionErrorRetryHandler):
+    """slack_sdk's retry after a dropped connection, for the `REPEATABLE` methods only."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        method = request.url.rstrip("/").rsplit("/", 1)[-1].partition("?")[0]
+        if method not in REPEATABLE:
+            return False
+        return await super()._can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
 def slack_client(
     settings: Settings, session: aiohttp.ClientSession | None = None
 ) -> AsyncWebClient:
     """Slack's Web API with the bot token; a 429 waits as long as Slack says, then retries.
+
+    A dropped connection is retried only for the `REPEATABLE` methods (a 429 was
+    never applied, so every method retries that).
 
     Args:
         settings: The bot token and the Web API's URL.
@@ -59,7 +109,7 @@ def slack_client(
         base_url=settings.slack_api_url,
         session=session,
         retry_handlers=[
-            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            RepeatableRetryHandler(max_retry_count=2),
             AsyncRateLimitErrorRetryHandler(max_retry_count=3),
         ],
     )

@@ -193,6 +193,10 @@ class _Fault:
     error: str
     status: int
     retry_after: int | None
+    drop: Literal["before", "after"] | None = None
+    """Close the connection without an answer, before or after applying the call."""
+    then: Callable[[], None] | None = None
+    """Run once the call is applied (or refused), before anything is answered."""
 
 
 def _missing(name: str) -> Refusal:
@@ -340,6 +344,12 @@ class FakeSlack:
             collections.deque
         )
         self._disabled: set[str] = set()
+        self._delays: dict[str, collections.deque[float]] = collections.defaultdict(
+            collections.deque
+        )
+        self._holds: dict[str, collections.deque[asyncio.Event]] = collections.defaultdict(
+            collections.deque
+        )
         self.home_views: dict[str, Json] = {}
         self.command_responses: dict[str, list[Json]] = {}
         """What was posted to each slash command's ``response_url``, by its hook."""
@@ -453,6 +463,40 @@ class FakeSlack:
         """
         self._faults[method].extend([None] * after + [_Fault(error, status, retry_after)] * times)
 
+    def drop_connection(
+        self, method: str, *, applied: bool, times: int = 1, after: int = 0
+    ) -> None:
+        """Reset the connection of ``times`` calls of ``method`` instead of answering.
+
+        With ``applied`` the call takes effect first, as when a connection drops
+        after Slack did the work but before its answer arrived: the client cannot
+        tell the two apart (slack_sdk sees ``ServerDisconnectedError``).
+        """
+        drop: Literal["before", "after"] = "after" if applied else "before"
+        fault = _Fault("", 0, None, drop=drop)
+        self._faults[method].extend([None] * after + [fault] * times)
+
+    def slow_down(self, method: str, seconds: float, *, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` only after ``seconds`` (real time)."""
+        self._delays[method].extend([seconds] * times)
+
+    def on_call(
+        self, method: str, then: Callable[[], None], *, applied: bool = True, after: int = 0
+    ) -> None:
+        """Run ``then`` once a call of ``method`` is applied (or, not ``applied``, dropped).
+
+        A crash test passes a function that kills the bot's process there, so the
+        bot dies at a known point: the call made (or not), its answer never read.
+        """
+        drop: Literal["before"] | None = None if applied else "before"
+        self._faults[method].extend([None] * after + [_Fault("", 0, None, drop, then)])
+
+    def hold_next(self, method: str) -> asyncio.Event:
+        """Keep the next call of ``method`` waiting until the returned event is set."""
+        held = asyncio.Event()
+        self._holds[method].append(held)
+        return held
+
     def disable(self, *methods: str) -> None:
         """Make ``methods`` answer ``unknown_method``, as on a workspace without them."""
         self._disabled.update(methods)
@@ -550,18 +594,31 @@ class FakeSlack:
         arrived = time.monotonic()
         method = request.match_info["method"]
         values: Json = {}
+        if self._delays[method]:
+            await asyncio.sleep(self._delays[method].popleft())
+        if self._holds[method]:
+            await self._holds[method].popleft().wait()
+        fault: _Fault | None = None
         try:
             values, token = await _read(request)
-            body = self._answer(method, _Params(values), token)
+            body, fault = self._answer(method, _Params(values), token)
             status, headers = 200, {}
         except Refusal as refusal:
             body, status, headers = refusal.body(), refusal.status, refusal.headers
         self.calls.append(
             Call(method, values, _redacted(request), request.method, status, body, arrived)
         )
+        if fault is not None and fault.then is not None:
+            fault.then()
+        if fault is not None and fault.drop is not None:
+            assert request.transport is not None
+            request.transport.abort()  # a reset: no answer at all
+            self.calls[-1] = dataclasses.replace(self.calls[-1], status=0, response={})
         return web.json_response(body, status=status, headers=headers)
 
-    def _answer(self, method: str, params: _Params, token: str | None) -> Json:
+    def _answer(
+        self, method: str, params: _Params, token: str | None
+    ) -> tuple[Json, _Fault | None]:
         handler = self._handlers.get(method)
         if handler is None or method in self._disabled:
             raise Refusal("unknown_method")
@@ -571,11 +628,13 @@ class FakeSlack:
         if token != (self.app_token if method == "apps.connections.open" else self.token):
             raise Refusal("invalid_auth")
         fault = self._faults[method].popleft() if self._faults[method] else None
-        if fault is not None:
+        if fault is not None and fault.drop == "before":
+            return {}, fault
+        if fault is not None and fault.error:
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
             raise Refusal(fault.error, status=fault.status, headers=headers)
         self._expire_due()
-        return {"ok": True, **handler(params)}
+        return {"ok": True, **handler(params)}, fault
 
     # --- identity
 
@@ -685,7 +744,10 @@ class FakeSlack:
             start = _cursor_position(cursor, messages)
         page, rest = messages[start : start + limit], messages[start + limit :]
         answer: Json = {
-            "messages": [self._wire(channel, m) for m in page],
+            "messages": [
+                self._wire(channel, m, all_metadata=params.flag("include_all_metadata"))
+                for m in page
+            ],
             "has_more": bool(rest),
             "pin_count": 0,
         }
@@ -693,7 +755,7 @@ class FakeSlack:
         answer["response_metadata"] = {"next_cursor": next_cursor}
         return answer
 
-    def _wire(self, channel: _Channel, message: Message) -> Json:
+    def _wire(self, channel: _Channel, message: Message, *, all_metadata: bool = True) -> Json:
         """The message as Slack's API shows it."""
         wire: Json = {
             "type": "message",
@@ -708,7 +770,8 @@ class FakeSlack:
             wire["blocks"] = list(message.blocks)
         if message.edited_ts is not None:
             wire["edited"] = {"user": message.user, "ts": message.edited_ts}
-        if message.metadata is not None:
+        if message.metadata is not None and all_metadata:
+            # conversations.history / replies show it only with include_all_metadata
             wire["metadata"] = message.metadata
         if message.thread_ts is not None:
             parent = channel.messages.get(message.thread_ts)
@@ -740,7 +803,7 @@ class FakeSlack:
             bot_id=self.bot_id,
             thread_ts=self._thread_root(channel, params.text("thread_ts")),
             blocks=blocks or (),
-            metadata=params.structured("metadata", "invalid_metadata_format"),
+            metadata=_checked_metadata(params.structured("metadata", "invalid_metadata_format")),
         )
         channel.messages[message.ts] = message
         return {"channel": channel.id, "ts": message.ts, "message": self._wire(channel, message)}
@@ -759,8 +822,10 @@ class FakeSlack:
         if not text and not markdown and blocks is None:
             raise Refusal("no_text")
         new_text = self._checked_text(text, markdown) if text or markdown else found.text
+        metadata = params.structured("metadata", "invalid_metadata_format")
         updated = dataclasses.replace(
             found,
+            metadata=found.metadata if metadata is None else _checked_metadata(metadata),
             text=new_text,
             # as chat.update documents: blocks left out are kept, [] removes them
             blocks=found.blocks if blocks is None else blocks,
@@ -868,7 +933,8 @@ class FakeSlack:
             streamed,
             blocks=streamed.blocks + blocks,
             stream="stopped",
-            metadata=params.structured("metadata", "invalid_metadata_format"),
+            metadata=_checked_metadata(params.structured("metadata", "invalid_metadata_format"))
+            or streamed.metadata,
         )
         channel.messages[found.ts] = stopped
         return {"channel": channel.id, "ts": found.ts, "message": self._wire(channel, stopped)}
@@ -1008,6 +1074,24 @@ def _redacted(request: web.Request) -> dict[str, str]:
         scheme = headers["authorization"].partition(" ")[0]
         headers["authorization"] = f"{scheme} (redacted)"
     return headers
+
+
+def _checked_metadata(metadata: Any) -> Json | None:
+    """Message metadata as Slack takes it: an ``event_type`` and an ``event_payload`` object.
+
+    docs.slack.dev/messaging/message-metadata: ``event_type`` is "a human readable
+    alphanumeric string" (snake case in every example), ``event_payload`` an object.
+    """
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise Refusal("invalid_metadata_format")
+    event_type, payload = metadata.get("event_type"), metadata.get("event_payload")
+    if not isinstance(event_type, str) or not event_type.replace("_", "").isalnum():
+        raise Refusal("invalid_metadata_format")
+    if not isinstance(payload, dict):
+        raise Refusal("invalid_metadata_format")
+    return {"event_type": event_type, "event_payload": payload}
 
 
 def _in_range(messages: list[Message], params: _Params) -> list[Message]:

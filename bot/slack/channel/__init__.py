@@ -151,9 +151,11 @@ class SlackChannel:
         )
         # the channel is the signed event's: no message can choose its own policy
         opening = dataclasses.replace(inbound.input, policy=await self.policy_for(inbound.channel))
+        await self._renderer.intend(thread, inbound.turn_id)  # kept before anything is shown
         try:
             await session.start(opening, turn_id=inbound.turn_id, replace=replace)
         except SessionSuspendedError:
+            await self._renderer.deliveries.keep(inbound.session_id, inbound.turn_id, None)
             speaker = inbound.input.user or ""
             await self._renderer.tell(speaker, thread, WAITING_FOR_APPROVAL)
             return False

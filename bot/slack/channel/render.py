@@ -33,6 +33,7 @@ from agent import (
 )
 from bot.slack.blocks import approval_blocks
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of
+from bot.slack.once import ASK_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
 from bot.texts import CANCELLED, FAILED_PREFIX, RETRYING
 
@@ -107,6 +108,8 @@ class ReplyRenderer:
         try:
             if kept.reply is not None:
                 await shown.adopt(kept.reply)
+            elif taking_up:  # a message opened before a crash, whose ts was never kept
+                await shown.recover()
             async for event in session.stream(turn_id):
                 await shown.on(event)
         except UnknownTurnError:
@@ -118,12 +121,16 @@ class ReplyRenderer:
         request = InputRequest.from_dict(asked)
         blocks = approval_blocks(thread.session_id, turn_id, request)
         summary = f"Approval needed: {request.prompt}"[:MAX_FALLBACK_CHARS]
-        posted = await self.client.chat_postMessage(
-            channel=thread.channel, thread_ts=thread.thread_ts, text=summary, blocks=blocks
-        )
+        call = asked.get("call_id") if isinstance(asked, dict) else None
+        card = tag(ASK_EVENT, turn=turn_id, request=request.id, call=str(call or ""))
+        # shown before a crash, or a replay: the card is up already
+        shown = await look_for(self.client, thread.channel, thread.thread_ts, card)
+        if shown is None:
+            shown = await post_once(
+                self.client, thread.channel, thread.thread_ts, card, text=summary, blocks=blocks
+            )
         # the answer's continuation starts after everything the turn said so far
         since = len(await self.runtime.session(self.agent, thread.session_id).transcript())
-        shown = str(posted["ts"])
         state = DeliveryState(asked=request.id, since=since, shown=shown)
         if proactive:
             # a request that opened the conversation is the root of its thread
@@ -135,6 +142,14 @@ class ReplyRenderer:
             if kept.reply is not None and (kept.since or 0) >= since:
                 return  # a click was quicker: the continuation's own state is the newer
             await self.deliveries.keep(thread.session_id, turn_id, state)
+
+    async def intend(self, thread: Thread, turn_id: str) -> None:
+        """Keep that the thread is owed the turn's reply, before the turn is started.
+
+        A process that dies before the reply's first message exists (the turn
+        done or not) leaves this state, and the next start shows the reply.
+        """
+        await self.deliveries.keep(thread.session_id, turn_id, DeliveryState(since=0))
 
     async def delete(self, channel: str, messages: tuple[str, ...]) -> None:
         """Delete the bot's own messages (best effort)."""
@@ -181,6 +196,8 @@ class _ShownReply:
             recipient_user=speaker.user if speaker else reader,
             team=str(speaker.data.get("team")) if speaker else team_of(thread.session_id),
             on_open=self._keep_reply,
+            key={"turn": turn_id, "since": since},
+            after=str(speaker.data.get("ts")) if speaker and since == 0 else None,
             flush_every=renderer.flush_every,
         )
         self._said: dict[int, str] = {}
@@ -200,6 +217,13 @@ class _ShownReply:
         self._opened.append(ts)
         self._thinking_due = False
         await self._reply.adopt(ts)
+
+    async def recover(self) -> None:
+        """Adopt the reply's message a stopped process opened but never kept, if there is one."""
+        ts = await self._reply.recover()
+        if ts is not None:
+            self._thinking_due = False
+            await self._keep_reply(ts)
 
     async def on(self, event: TurnEvent) -> None:
         """Show one event of the turn's stream."""

@@ -1,0 +1,162 @@
+"""Posting exactly once: each message the bot posts carries a key, and is looked for first.
+
+Slack has no idempotency key for ``chat.postMessage`` or ``chat.startStream``: a
+call whose connection dropped may or may not have been applied, and sending it
+again may post twice (`bot.slack.run.REPEATABLE` keeps slack_sdk from doing
+so). What the bot posts therefore carries message metadata naming what it is
+(``turnbot_reply`` with the turn, ``turnbot_ask`` with the request), and after
+an ambiguous failure, or at a restart, the bot reads the conversation back
+(``include_all_metadata``) before it posts again.
+
+``chat.startStream`` takes no ``metadata`` (docs.slack.dev/reference/methods/
+chat.startStream lists none; ``chat.stopStream`` and ``chat.update`` do): a
+stream is tagged when it stops or is updated. Until then, a stream of the bot's
+own that carries no tag and is newer than every message of the bot that does
+is the one a dropped connection or a crash left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+__all__ = ["AMBIGUOUS", "ASK_EVENT", "REPLY_EVENT", "find_posted", "look_for", "post_once", "tag"]
+
+logger = logging.getLogger("bot.slack")
+
+REPLY_EVENT = "turnbot_reply"
+ASK_EVENT = "turnbot_ask"
+AMBIGUOUS = (aiohttp.ClientError, asyncio.TimeoutError)
+"""What a call raises when nobody can tell whether Slack applied it."""
+PAGE = 200
+
+_bot_users: weakref.WeakKeyDictionary[AsyncWebClient, str] = weakref.WeakKeyDictionary()
+
+
+def tag(event_type: str, **payload: str | int) -> dict[str, Any]:
+    """Message metadata naming what a message is."""
+    return {"event_type": event_type, "event_payload": payload}
+
+
+async def find_posted(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str | None,
+    metadata: dict[str, Any],
+    *,
+    untagged: bool = False,
+    after: str | None = None,
+) -> str | None:
+    """The ts of the bot's message carrying ``metadata``, if the conversation holds one.
+
+    Args:
+        client: Slack's Web API.
+        channel: Where it was posted.
+        thread_ts: Its thread; None looks among the channel's newest top-level messages.
+        metadata: The tag the message was posted with.
+        untagged: Also take the newest message of the bot's own with no tag at all that
+            is newer than every tagged one (a stream, tagged only when it stops).
+        after: Only messages newer than this ts.
+
+    Raises:
+        slack_sdk.errors.SlackApiError: Slack refused to show the conversation.
+    """
+    if thread_ts is None:
+        found = await client.conversations_history(
+            channel=channel, limit=PAGE, include_all_metadata=True, oldest=after or "0"
+        )
+        messages = list(reversed(found["messages"]))
+    else:
+        messages = []
+        cursor: str | None = None
+        while True:
+            page = await client.conversations_replies(
+                channel=channel,
+                ts=thread_ts,
+                limit=PAGE,
+                include_all_metadata=True,
+                oldest=after or "0",
+                cursor=cursor,
+            )
+            messages += page["messages"]
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
+    me = await _bot_user(client)
+    orphan: str | None = None
+    for message in messages:
+        if message.get("user") != me or message.get("ts") == thread_ts:
+            continue
+        kept = message.get("metadata")
+        if kept == metadata:
+            return str(message["ts"])
+        if kept is None:
+            orphan = str(message["ts"])
+        elif isinstance(kept, dict) and kept.get("event_type") in (REPLY_EVENT, ASK_EVENT):
+            orphan = None  # an untagged one before a tagged one belongs to an earlier reply
+    return orphan if untagged else None
+
+
+async def look_for(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str | None,
+    metadata: dict[str, Any],
+    untagged: bool = False,
+    after: str | None = None,
+) -> str | None:
+    """`find_posted`, None when Slack will not show the conversation (or cannot be reached)."""
+    try:
+        return await find_posted(
+            client, channel, thread_ts, metadata, untagged=untagged, after=after
+        )
+    except SlackApiError as exc:
+        logger.warning("cannot read back %s: %s", thread_ts, exc.response.get("error"))
+    except AMBIGUOUS as exc:
+        logger.warning("cannot read back %s: %s", thread_ts, type(exc).__name__)
+    return None
+
+
+async def post_once(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str | None,
+    metadata: dict[str, Any],
+    *,
+    after: str | None = None,
+    **content: Any,
+) -> str:
+    """Post a message tagged ``metadata``; a post whose answer was lost is looked for first.
+
+    Returns:
+        The message's ts.
+
+    Raises:
+        SlackApiError: Slack refused the post.
+        aiohttp.ClientError: Slack could not be reached, three times.
+    """
+    for attempt in range(3):
+        try:
+            posted = await client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, metadata=metadata, **content
+            )
+            return str(posted["ts"])
+        except AMBIGUOUS:
+            found = await look_for(client, channel, thread_ts, metadata, after=after)
+            if found is not None:
+                return found
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _bot_user(client: AsyncWebClient) -> str:
+    if client not in _bot_users:
+        _bot_users[client] = str((await client.auth_test())["user_id"])
+    return _bot_users[client]
