@@ -18,6 +18,10 @@
     instructions = "This is #support: answer in two sentences at most."
     mode = "overlay"               # or "replace": the channel's text is the whole prompt
 
+    [approvals]                    # an approval nobody answers expires, and the turn goes on
+    hours = 24                     # the default
+    channels = { C0123456789 = 2 } # hours, by channel (where the approval is asked)
+
 A file with a mistake stops the bot at start, one line per problem, each naming
 where it is (``schedule 'daily': cron``, ``channels.C0123456789.mode``).
 """
@@ -29,21 +33,71 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent import ConfigError, SurfacePolicy
 from bot.schedules import CHANNEL_ID, Schedule
 
-__all__ = ["BotConfig", "load_bot_config"]
+__all__ = ["Approvals", "BotConfig", "approval_ttl", "load_bot_config", "use_approvals"]
+
+DEFAULT_APPROVAL_HOURS = 24.0
 
 _USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 _NOT_A_FIELD = {
     "schedules": "not a field of a schedule",
     "surfaces": "not a field of a policy",
     "channels": "not a field of a policy",
+    "approvals": "not a setting of approvals",
 }
 """What a misspelt field inside an entry is called, by the entry's table; at the top level,
 a misspelt setting."""
+
+
+class Approvals(BaseModel):
+    """How long an approval waits for its answer before it expires, by channel."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hours: float = Field(default=DEFAULT_APPROVAL_HOURS, gt=0)
+    channels: dict[str, float] = {}
+    """Hours, by the id of the channel where the approval is asked."""
+
+    @field_validator("channels")
+    @classmethod
+    def _hours_by_channel(cls, channels: dict[str, float]) -> dict[str, float]:
+        for channel, hours in channels.items():
+            if not CHANNEL_ID.fullmatch(channel):
+                raise ValueError(f"{channel!r} is not a channel id (C0123456789)")
+            if not hours > 0:
+                raise ValueError(f"{channel}: {hours} hours: an approval must wait some time")
+        return channels
+
+    def ttl(self, channel: str | None) -> float:
+        """Seconds an approval asked in ``channel`` waits (the default outside a channel)."""
+        return 3600.0 * self.channels.get(channel or "", self.hours)
+
+
+_approvals = Approvals()
+"""The approvals of the BOT_CONFIG this process loaded last: what ``post_message`` reads."""
+
+
+def use_approvals(approvals: Approvals) -> Approvals:
+    """Make ``approvals`` the process's; the ones it replaces (to restore them)."""
+    global _approvals
+    before, _approvals = _approvals, approvals
+    return before
+
+
+def approval_ttl(channel: str | None) -> float:
+    """Seconds an approval asked in ``channel`` waits before it expires, as BOT_CONFIG says."""
+    return _approvals.ttl(channel)
 
 
 class BotConfig(BaseModel):
@@ -58,6 +112,8 @@ class BotConfig(BaseModel):
     """The policy of one channel's turns, by channel id; it refines its source's."""
     admins: tuple[str, ...] = ()
     """Slack user ids who may change channel policies, besides the workspace's admins."""
+    approvals: Approvals = Approvals()
+    """How long approvals wait for an answer."""
 
     @field_validator("channels")
     @classmethod
@@ -115,10 +171,12 @@ def load_bot_config(path: Path | None) -> BotConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"BOT_CONFIG: {path} is not valid TOML: {exc}") from None
     try:
-        return BotConfig.model_validate(raw)
+        config = BotConfig.model_validate(raw)
     except ValidationError as exc:
         lines = [f"BOT_CONFIG: {_where(raw, e['loc'])}{_said(e)}" for e in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
+    use_approvals(config.approvals)  # the tools of this process read them from here
+    return config
 
 
 def _where(raw: Any, location: tuple[int | str, ...]) -> str:

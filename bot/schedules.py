@@ -109,7 +109,10 @@ class Schedule(BaseModel):
         )
 
     def session(self, team: str) -> str:
-        """The session every firing of this schedule belongs to."""
+        """The session every firing of this schedule belonged to before firings had their own.
+
+        Kept so that a firing made by an older bot is still found (see `Firing.session`).
+        """
         return f"slack:{team}:{self.channel}:schedule:{self.name}"
 
 
@@ -127,6 +130,16 @@ class Firing:
     def turn_id(self) -> str:
         """``schedule:<name>:<due minute, UTC>``: the same firing is the same turn anywhere."""
         return f"schedule:{self.schedule.name}:{self.at.astimezone(UTC):%Y-%m-%dT%H:%MZ}"
+
+    def session(self, team: str) -> str:
+        """The firing's own session: ``<the schedule's>@<due minute, UTC>``.
+
+        Each firing has its own, so that a request one firing waits on (an approval
+        nobody gave) never holds a later firing: firings sharing a session queued
+        behind it and failed. A firing needs nothing of the one before: its seed
+        names the period to cover, and the channel's notes are the channel's.
+        """
+        return f"{self.schedule.session(team)}@{self.at.astimezone(UTC):%Y%m%dT%H%MZ}"
 
     @property
     def by(self) -> str:

@@ -91,6 +91,49 @@ CANCELLED = {
 WAITING_FOR_APPROVAL = (
     "This thread is waiting for an approval above; answer it first, then ask again."
 )
+"""Said when the request is not known (it was settled meanwhile); see `waiting_for_approval`."""
+
+
+def waiting_for_approval(who: str, until: str | None) -> str:
+    """Told privately to someone whose message a thread waiting on a request cannot take."""
+    ends = (
+        f" If nobody answers, it expires {until} and the thread takes messages again."
+        if until is not None
+        else ""
+    )
+    return (
+        f"This thread is waiting for the request above, which only {who} can answer; "
+        f"your message was not taken.{ends} An admin may withdraw the request."
+    )
+
+
+ONLY_ADMINS_WITHDRAW = "Only an admin can withdraw a request."
+ONLY_PARTICIPANTS_STOP = "Only the people in this thread, and admins, can stop its turn."
+ONLY_PARTICIPANTS_RESET = "Only the people in this thread, and admins, can start it over."
+NOT_A_THREAD = "This message is not in a conversation of mine: there is nothing to start over."
+NOTHING_TO_STOP = "This reply has finished: there is nothing to stop."
+NOTHING_TO_WITHDRAW = "This request is no longer waiting for an answer."
+ANSWER_BY_MODAL_FAILED = "The answer form could not be opened just now; please try again."
+
+
+def withdrawn(by: str) -> str:
+    """The card of a request an admin withdrew."""
+    return f"Withdrawn by <@{by}>"
+
+
+def thread_reset(by: str) -> str:
+    """Said in a thread that was started over."""
+    return (
+        f"<@{by}> started this conversation over: I no longer see what was said above "
+        "(it is archived). Mention me to begin again."
+    )
+
+
+def invalid_answer(reason: str) -> str:
+    """Shown under the answer field of a modal, when the answer does not fit the request."""
+    return f"That answer does not fit: {reason}"
+
+
 EXPIRED_REQUEST = "Expired: nobody answered in time"
 CLICK_FAILED = "That click could not be applied just now; please try again."
 

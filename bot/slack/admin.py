@@ -9,6 +9,7 @@ can say what a channel is told to keep quiet, so nobody else sees it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -24,7 +25,7 @@ from bot.texts import (
     policy_lines,
 )
 
-__all__ = ["home_view", "is_policy_admin", "run_policy_command"]
+__all__ = ["home_view", "is_admin", "is_policy_admin", "run_policy_command"]
 
 logger = logging.getLogger("bot.slack")
 
@@ -33,7 +34,12 @@ MAX_HOME_BLOCKS = 100
 
 async def is_policy_admin(client: AsyncWebClient, book: PolicyBook, user: str) -> bool:
     """Whether ``user`` may change policies: named in BOT_CONFIG, or a workspace admin."""
-    if user in book.admins:
+    return await is_admin(client, book.admins, user)
+
+
+async def is_admin(client: AsyncWebClient, admins: Collection[str], user: str) -> bool:
+    """Whether ``user`` is one of ``admins`` (BOT_CONFIG's), or a workspace admin or owner."""
+    if user in admins:
         return True
     try:
         answer = await client.users_info(user=user)

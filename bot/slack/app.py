@@ -27,6 +27,7 @@ from bot.policies import PolicyBook
 from bot.slack.admin import home_view, run_policy_command
 from bot.slack.blocks import APPROVE, DENY
 from bot.slack.channel import SlackChannel
+from bot.slack.hatches import register_hatches
 from bot.texts import NO_POLICIES
 
 __all__ = ["POLICY_COMMAND", "bolt_app"]
@@ -79,6 +80,7 @@ def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str)
     bolt.event("message")(on_message_event)
     bolt.event("app_home_opened")(on_home_opened)
     bolt.command(POLICY_COMMAND)(on_policy_command)
+    register_hatches(bolt, channel, client)
     return bolt
 
 

@@ -24,7 +24,7 @@ async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: 
         seed=firing.seed(),
         target={"channel": schedule.channel},
         trigger=Trigger(by=firing.by),
-        session=schedule.session(team),
+        session=firing.session(team),
         turn_id=firing.turn_id,
         policy=await channel.policy_for(schedule.channel),  # the channel's, as for a person
     )
@@ -33,9 +33,16 @@ async def fire(channel: SlackChannel, runtime: AgentRuntime, team: str, firing: 
 async def has_fired(
     channel: SlackChannel, runtime: AgentRuntime, team: str, firing: Firing
 ) -> bool:
-    """Whether ``firing``'s turn exists already (here, before a restart, or in another process)."""
-    session = runtime.session(channel.agent, firing.schedule.session(team))
-    return any(t.turn_id == firing.turn_id for t in await session.turns())
+    """Whether ``firing``'s turn exists already (here, before a restart, or in another process).
+
+    It is looked for in the firing's own session, and in the one an older bot kept
+    every firing of the schedule in.
+    """
+    for session_id in (firing.session(team), firing.schedule.session(team)):
+        session = runtime.session(channel.agent, session_id)
+        if any(t.turn_id == firing.turn_id for t in await session.turns()):
+            return True
+    return False
 
 
 async def fire_by_hand(
@@ -52,7 +59,7 @@ async def fire_by_hand(
     except SlackApiError as exc:
         error = exc.response.get("error")
         raise ScheduleFailed(f"Slack refused the reply: {error}") from None
-    session = runtime.session(channel.agent, schedule.session(team))
+    session = runtime.session(channel.agent, firing.session(team))
     [record] = [t for t in await session.turns() if t.turn_id == turn_id]
     result, where = record.result, schedule.channel
     if isinstance(result, Completed):

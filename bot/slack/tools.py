@@ -16,6 +16,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
+from bot.config_file import approval_ttl
 from bot.slack.names import SlackNames
 
 __all__ = ["THREAD_TOOLS", "listed_slack_tools", "slack_tools"]
@@ -197,7 +198,10 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
                 "could see all of what they approve: shorten it"
             )
         await _open_to_all(client, channel, ctx, names)
-        approved = await ctx.request_input(id="post", prompt=prompt, schema={"type": "boolean"})
+        ttl = approval_ttl(_notebook(ctx))  # BOT_CONFIG's [approvals], by the thread's channel
+        approved = await ctx.request_input(
+            id="post", prompt=prompt, schema={"type": "boolean"}, ttl=ttl
+        )
         if approved is EXPIRED:
             return {"posted": False, "reason": "nobody answered in time"}
         if approved is not True:

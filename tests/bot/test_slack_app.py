@@ -18,7 +18,7 @@ import pytest
 from agent import SessionKey
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, WAITING_FOR_APPROVAL
+from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, waiting_for_approval
 from tests.bot.slack_harness import (
     BOTH_NOTES,
     CHECKING_NOTE,
@@ -198,6 +198,7 @@ async def test_the_speaker_approves_and_the_turn_goes_on_in_the_thread(bot: Bot)
     assert [(b["text"]["text"], b.get("style")) for b in buttons] == [
         ("Approve", "primary"),
         ("Deny", None),
+        ("Withdraw", None),  # for admins
     ]
 
     assert await bot.click("turn_approve", bot.slack.user_id, approval) == 200
@@ -312,7 +313,9 @@ async def test_a_newer_message_never_supersedes_an_approval(bot: Bot):
 
     await bot.deliver(bot.envelope("app_mention", "<@U0BOT> hurry", newer, thread_ts=ts))
 
-    assert await bot.ephemerals_to(bot.slack.user_id) == [WAITING_FOR_APPROVAL]
+    assert await bot.ephemerals_to(bot.slack.user_id) == [
+        waiting_for_approval(f"<@{bot.slack.user_id}>", None)
+    ]
     await bot.click("turn_approve", bot.slack.user_id, approval)
     said = await bot.replies_in(ts, 4)  # its task line, the request, the newer message, this
     assert said[-1] == "done: {'announced': True}"

@@ -213,7 +213,8 @@ async def test_a_schedule_fires_on_time_and_two_schedulers_post_once(bot: Bot):
 
     [posted] = top_level(bot.slack)
     assert posted.startswith("done: {'channel': '#general'")  # it read the period
-    session = bot.runtime.session("bot", daily(bot.slack.channel_id).session(bot.slack.team_id))
+    shared = daily(bot.slack.channel_id).session(bot.slack.team_id)
+    session = bot.runtime.session("bot", f"{shared}@20261201T0800Z")  # the firing's own
     assert [t.turn_id for t in await session.turns()] == ["schedule:daily:2026-12-01T08:00Z"]
 
 

@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import AgentRuntime, JsonValue, SessionKey, SessionSuspendedError, TurnEvent, TurnRecord
+from bot.slack.blocks import stamp, who_may_answer
 from bot.slack.channel.decisions import Decisions
 from bot.slack.channel.delivery import Deliveries, Thread
 from bot.slack.channel.recovery import Recovery, check_target
 from bot.slack.channel.render import ReplyRenderer
 from bot.slack.channel.watching import Watching
 from bot.slack.inbound import Ignored, Inbound, read_event
-from bot.texts import WAITING_FOR_APPROVAL
+from bot.texts import WAITING_FOR_APPROVAL, waiting_for_approval
 
 if TYPE_CHECKING:
-    from agent import TurnPolicy
+    from agent import AgentSession, TurnPolicy
     from bot.policies import PolicyBook
 
 __all__ = ["SlackChannel"]
@@ -157,7 +158,7 @@ class SlackChannel:
         except SessionSuspendedError:
             await self._renderer.deliveries.keep(inbound.session_id, inbound.turn_id, None)
             speaker = inbound.input.user or ""
-            await self._renderer.tell(speaker, thread, WAITING_FOR_APPROVAL)
+            await self._renderer.tell(speaker, thread, await _waiting_for(session))
             return False
         # Claimed before the engine can emit the turn's first event, so that the reply
         # this admission shows is the only one.
@@ -188,6 +189,11 @@ class SlackChannel:
             )
 
     # -- clicks, start-up and turns nobody typed ----------------------------------------
+
+    @property
+    def decisions(self) -> Decisions:
+        """What settles the answers to requests (and withdraws them)."""
+        return self._decisions
 
     def on_decision(self, body: dict[str, Any]) -> None:
         """Take a verified click on Approve or Deny; it is settled in a task of ours."""
@@ -243,3 +249,12 @@ def _said_at(record: TurnRecord) -> float:
         return float(event.data.get("ts", 0)) if event is not None else 0.0
     except (TypeError, ValueError):
         return 0.0
+
+
+async def _waiting_for(session: AgentSession) -> str:
+    """What to tell someone whose message the thread cannot take: who may answer, until when."""
+    request = await session.pending()
+    if request is None:
+        return WAITING_FOR_APPROVAL
+    until = stamp(request.expires_at) if request.expires_at is not None else None
+    return waiting_for_approval(who_may_answer(request), until)

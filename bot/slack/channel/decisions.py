@@ -1,10 +1,12 @@
-"""Approve / Deny: a click answers the request it names, and the request shows how it ended.
+"""Answers to requests: a click or a typed answer settles the request it names, and shows it.
 
-The click is signed by Slack, so its user is the attested answerer; which
-turn and thread it is about comes from the button's value and the session it
-was made for, never from the payload's other fields. A request can also be
-settled without a click of ours (it expired); its buttons are then replaced
-in the same way.
+The click (or the modal's submission) is signed by Slack, so its user is the
+attested answerer; which turn and thread it is about comes from the button's
+value (or the modal's metadata) and the session it was made for, never from
+the payload's other fields. A ``{"policy": ...}`` request is granted by the
+agent's ``authorize_answer`` hook (`grant_answer`) before it is answered. A
+request can also be settled without an answer of ours (it expired, or an
+admin withdrew it); its buttons are then replaced in the same way.
 """
 
 from __future__ import annotations
@@ -16,17 +18,38 @@ from slack_sdk.errors import SlackApiError
 
 from agent import (
     AgentRuntime,
+    AuthorizeAnswerError,
     ConflictError,
+    InputRequest,
     InvalidAnswerError,
+    JsonValue,
+    PolicyAnswerer,
     ResumeAuthorizationError,
     ResumeConflictError,
     StoredAnswer,
+    grant_answer,
 )
-from bot.slack.blocks import Decision, decided_blocks, expired_blocks, read_decision, who_may_answer
+from bot.slack.blocks import (
+    Decision,
+    decided_blocks,
+    expired_blocks,
+    options_of,
+    read_decision,
+    shown_answer,
+    who_may_answer,
+    withdrawn_blocks,
+)
 from bot.slack.channel.delivery import Deliveries, Thread
 from bot.slack.channel.render import ReplyRenderer, slack_error
 from bot.slack.channel.watching import Watching
-from bot.texts import CLICK_FAILED, EXPIRED_REQUEST, not_waiting, only_answerers
+from bot.texts import (
+    CLICK_FAILED,
+    EXPIRED_REQUEST,
+    NOTHING_TO_WITHDRAW,
+    not_waiting,
+    only_answerers,
+    withdrawn,
+)
 
 __all__ = ["Decisions"]
 
@@ -34,7 +57,7 @@ logger = logging.getLogger("bot.slack")
 
 
 class Decisions:
-    """Settles the clicks on one agent's requests, and shows how each request ended."""
+    """Settles the answers to one agent's requests, and shows how each request ended."""
 
     def __init__(
         self,
@@ -50,8 +73,25 @@ class Decisions:
         self._deliveries = deliveries
         self._watching = watching
 
+    @property
+    def renderer(self) -> ReplyRenderer:
+        """What shows turns and tells people things privately."""
+        return self._renderer
+
+    async def thread_of(self, session_id: str, turn_id: str) -> Thread | None:
+        """Where a turn is shown: the session's thread, or what was kept for a turn nobody typed."""
+        return await self._deliveries.thread_for(session_id, turn_id)
+
+    async def waiting_request(self, decision: Decision) -> InputRequest | None:
+        """The request a click names, if its turn still waits on it."""
+        session = self._runtime.session(self._agent, decision.session_id)
+        suspended = await session.suspended()
+        if suspended is None or suspended.turn_id != decision.turn_id:
+            return None
+        return suspended.request if suspended.request.id == decision.input_id else None
+
     def on_decision(self, body: dict[str, Any]) -> None:
-        """Take a verified click on Approve or Deny; it is settled in a task of the channel's."""
+        """Take a verified click on an answer button; it is settled in a task of the channel's."""
         actions = body.get("actions")
         decision = read_decision(actions[0]) if isinstance(actions, list) and actions else None
         user = body.get("user")
@@ -59,15 +99,51 @@ class Decisions:
         if decision is None or not isinstance(clicker, str):
             logger.warning("a button click this app cannot read was ignored")
             return
-        container = body.get("container")
-        shown = container.get("message_ts") if isinstance(container, dict) else None
         self._watching.spawn(
-            self._decide(decision, clicker, str(shown) if shown else None),
-            name=f"decide {decision.turn_id}",
+            self._decide(decision, clicker, shown_ts(body)), name=f"decide {decision.turn_id}"
         )
 
+    async def submit(
+        self, decision: Decision, value: JsonValue, by: str, shown: str | None
+    ) -> str | None:
+        """A typed answer: None once it is applied (the turn is shown going on), else why not.
+
+        It is applied before this returns, so that a modal can say what was wrong.
+        """
+        thread = await self.thread_of(decision.session_id, decision.turn_id)
+        if thread is None:
+            return "This request's conversation is not known here."
+        self._watching.claim(decision.turn_id)
+        try:
+            resumed = await self._resume(decision, value, thread, by, privately=False)
+        except Exception:
+            self._watching.release(decision.turn_id)
+            raise
+        if resumed is None or isinstance(resumed, str):
+            self._watching.release(decision.turn_id)
+            return resumed
+        self._watching.spawn(
+            self._go_on(thread, decision, resumed, by, shown), name=f"answer {decision.turn_id}"
+        )
+        return None
+
+    async def withdraw(self, decision: Decision, by: str, shown: str | None) -> None:
+        """An admin withdraws the request a click names: its turn ends, cancelled."""
+        thread = await self.thread_of(decision.session_id, decision.turn_id)
+        request = await self.waiting_request(decision)
+        if thread is None or request is None:
+            if thread is not None:
+                await self._renderer.tell(by, thread, NOTHING_TO_WITHDRAW)
+            return
+        session = self._runtime.session(self._agent, decision.session_id)
+        await session.cancel(decision.turn_id, reason="withdrawn")
+        logger.info("turn %s: request %s withdrawn by %s", decision.turn_id, request.id, by)
+        if shown is not None:
+            blocks = withdrawn_blocks(request.prompt, by=by)
+            await self._replace_buttons(thread.channel, shown, withdrawn(by), blocks)
+
     async def settled_elsewhere(self, session_id: str, turn_id: str) -> None:
-        """A request no click of ours settled (it expired): say so on it, then show the rest.
+        """A request no answer of ours settled (it expired): say so on it, then show the rest.
 
         The caller holds a claim on the turn; the reply gives it back.
         """
@@ -86,13 +162,13 @@ class Decisions:
         finally:
             await self._watching.reply(thread, turn_id)
 
-    async def _decide(self, decision: Decision, clicker: str, shown_ts: str | None) -> None:
+    async def _decide(self, decision: Decision, clicker: str, shown: str | None) -> None:
         """Answer the request a click names, by the clicker, and show the turn go on.
 
         The thread comes from the session the button was made for (or, for a turn
         nobody typed, from what was kept of where it is shown).
         """
-        thread = await self._deliveries.thread_for(decision.session_id, decision.turn_id)
+        thread = await self.thread_of(decision.session_id, decision.turn_id)
         if thread is None:
             logger.warning(
                 "a click on turn %s, whose thread is not known, was ignored", decision.turn_id
@@ -101,46 +177,82 @@ class Decisions:
         turn_id = decision.turn_id
         # This click shows the continuation; the runtime's events leave it alone.
         self._watching.claim(turn_id)
+        value: JsonValue = decision.approved
         try:
-            resumed = await self._apply(decision, thread, clicker)
+            if decision.action == "choose":
+                value = await self._option(decision)
+            resumed = await self._resume(decision, value, thread, clicker, privately=True)
         except Exception:
             logger.exception("turn %s: a click could not be applied", turn_id)
             await self._renderer.tell(clicker, thread, CLICK_FAILED)
             resumed = None
-        if resumed is None:
+        if resumed is None or isinstance(resumed, str):
             self._watching.release(turn_id)
             return
-        prompt, since = resumed
-        if shown_ts is not None:
-            await self._show_decided(thread.channel, shown_ts, prompt, clicker, decision.approved)
-        await self._watching.reply(thread, turn_id, since=since, reader=clicker)
+        await self._go_on(thread, decision, resumed, clicker, shown)
 
-    async def _apply(
-        self, decision: Decision, thread: Thread, clicker: str
-    ) -> tuple[str, int] | None:
-        """Resume the turn with the click; its prompt and where its continuation starts.
+    async def _option(self, decision: Decision) -> JsonValue:
+        """The option a click chose, from the request the turn waits on."""
+        request = await self.waiting_request(decision)
+        options = options_of(request) if request is not None else None
+        if options is None or decision.option is None or decision.option >= len(options):
+            # not waiting (any more): let the resume say how it was settled
+            return None
+        return options[decision.option]
 
-        None when the click answered nothing (the clicker has been told why).
+    async def _go_on(
+        self,
+        thread: Thread,
+        decision: Decision,
+        resumed: tuple[str, int, JsonValue],
+        by: str,
+        shown: str | None,
+    ) -> None:
+        prompt, since, value = resumed
+        if shown is not None:
+            await self._show_decided(thread.channel, shown, prompt, by, value)
+        await self._watching.reply(thread, decision.turn_id, since=since, reader=by)
+
+    async def _resume(
+        self, decision: Decision, value: JsonValue, thread: Thread, by: str, *, privately: bool
+    ) -> tuple[str, int, JsonValue] | str | None:
+        """Resume the turn with the answer: its prompt, where its continuation starts, the value.
+
+        Otherwise what was wrong: told privately (then None), or returned as text.
         """
         session = self._runtime.session(self._agent, decision.session_id)
         suspended = await session.suspended()
         since = len(await session.transcript())  # the continuation's first message comes next
+        refusal: str | None = None
         try:
-            await session.resume(decision.turn_id, decision.input_id, decision.approved, by=clicker)
+            granted = None
+            if suspended is not None and isinstance(suspended.request.answerers, PolicyAnswerer):
+                granted = await grant_answer(
+                    session, turn_id=decision.turn_id, input_id=decision.input_id, by=by
+                )
+            await session.resume(decision.turn_id, decision.input_id, value, by=by, granted=granted)
         except ResumeAuthorizationError:
             who = who_may_answer(suspended.request) if suspended else "someone else"
-            await self._renderer.tell(clicker, thread, only_answerers(who))
-            return None
+            refusal = only_answerers(who)
         except ResumeConflictError as exc:
-            await self._renderer.tell(clicker, thread, not_waiting(exc))
+            refusal = not_waiting(exc)
             if exc.expired:
                 await self._expired_at_click(thread, decision)
-            return None
-        except (ConflictError, InvalidAnswerError) as exc:
-            logger.warning("turn %s: a click could not be applied: %s", decision.turn_id, exc)
-            await self._renderer.tell(clicker, thread, CLICK_FAILED)
-            return None
-        return (suspended.request.prompt if suspended else ""), since
+        except InvalidAnswerError as exc:
+            if privately:
+                logger.warning("turn %s: a click could not be applied: %s", decision.turn_id, exc)
+                refusal = CLICK_FAILED
+            else:
+                refusal = str(exc).split(": ", 1)[-1]
+        except (ConflictError, AuthorizeAnswerError) as exc:
+            logger.warning("turn %s: an answer could not be applied: %s", decision.turn_id, exc)
+            refusal = CLICK_FAILED
+        if refusal is None:
+            return (suspended.request.prompt if suspended else ""), since, value
+        if not privately:
+            return refusal
+        await self._renderer.tell(by, thread, refusal)
+        return None
 
     async def _expired_at_click(self, thread: Thread, decision: Decision) -> None:
         """A click found its request past its time: the engine settled it as expired just now.
@@ -157,30 +269,35 @@ class Decisions:
                 name=f"reply {decision.turn_id}",
             )
 
-    async def _show_settled(self, channel: str, shown_ts: str, answer: StoredAnswer) -> None:
+    async def _show_settled(self, channel: str, shown: str, answer: StoredAnswer) -> None:
         """Replace a request's buttons with how it was settled, as its stored answer says."""
         prompt = answer.request.prompt
         if answer.expired:
-            await self._replace_buttons(channel, shown_ts, EXPIRED_REQUEST, expired_blocks(prompt))
+            await self._replace_buttons(channel, shown, EXPIRED_REQUEST, expired_blocks(prompt))
         elif answer.by is not None:
-            await self._show_decided(channel, shown_ts, prompt, answer.by, answer.value is True)
+            await self._show_decided(channel, shown, prompt, answer.by, answer.value)
 
     async def _show_decided(
-        self, channel: str, shown_ts: str, prompt: str, by: str, approved: bool
+        self, channel: str, shown: str, prompt: str, by: str, value: JsonValue
     ) -> None:
-        text = f"{'Approved' if approved else 'Denied'} by <@{by}>"
-        blocks = decided_blocks(prompt, by=by, approved=approved)
-        await self._replace_buttons(channel, shown_ts, text, blocks)
+        verdict = shown_answer(value)
+        blocks = decided_blocks(prompt, by=by, verdict=verdict)
+        await self._replace_buttons(channel, shown, f"{verdict} by <@{by}>", blocks)
 
     async def _replace_buttons(
-        self, channel: str, shown_ts: str, text: str, blocks: list[Any]
+        self, channel: str, shown: str, text: str, blocks: list[Any]
     ) -> None:
         """Update a request's message so it no longer offers its buttons (best effort)."""
         try:
             await self._renderer.client.chat_update(
-                channel=channel, ts=shown_ts, text=text, blocks=blocks
+                channel=channel, ts=shown, text=text, blocks=blocks
             )
         except SlackApiError as exc:
-            logger.error(
-                "could not show how request %s was settled: %s", shown_ts, slack_error(exc)
-            )
+            logger.error("could not show how request %s was settled: %s", shown, slack_error(exc))
+
+
+def shown_ts(body: dict[str, Any]) -> str | None:
+    """The ts of the message a click was made on (its request's card)."""
+    container = body.get("container")
+    shown = container.get("message_ts") if isinstance(container, dict) else None
+    return str(shown) if shown else None
