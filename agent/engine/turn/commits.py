@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from agent._json import JsonValue
 from agent.core.messages import (
     AssistantMessage,
@@ -60,21 +62,33 @@ def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall,
 
 
 def ending_commit(
-    state: StoredSession, record: TurnRecord, result: Failed | Cancelled, closing: JsonValue
+    state: StoredSession,
+    record: TurnRecord,
+    result: Failed | Cancelled,
+    closing: JsonValue,
+    *,
+    own: Mapping[str, JsonValue] | None = None,
 ) -> Commit:
     """The transaction that ends a turn early: its record, and a result for each owed call.
 
     Every call the turn still owes gets ``closing`` as its result, so the next model
     call gets a valid transcript (a call with no result is refused by the model's API
-    from then on, which would wedge the conversation for good).
+    from then on, which would wedge the conversation for good). A call named in
+    ``own`` gets its own result instead: it ran, and its outcome is what ended the turn
+    (a `FatalToolError`'s message), so later turns show the model what really happened.
     """
+    own = own or {}
     owed, at = owed_calls(state.transcript, record.turn_id)
     messages: list[StoredMessage] = []
     steps: list[StoredStep] = []
     for offset, call in enumerate(owed):
         index = len(state.transcript) + offset
         message = ToolMessage(
-            turn_id=record.turn_id, call_id=call.id, name=call.name, result=closing, is_error=True
+            turn_id=record.turn_id,
+            call_id=call.id,
+            name=call.name,
+            result=own.get(call.id, closing),
+            is_error=True,
         )
         messages.append(StoredMessage(index, message))
         steps.append(

@@ -114,7 +114,9 @@ class TurnRun:
         try:
             return await self._loop()
         except StepFailed as failure:
-            return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+            return await self._fail(
+                failure.error, phase=failure.phase, step=failure.step, call_id=failure.call_id
+            )
         except Interrupted:
             return await self._cancel(run.cancel_reason() or "requested")
         except InputRequired as asked:
@@ -205,10 +207,16 @@ class TurnRun:
                 total += message.usage or Usage()
         return total
 
-    async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
+    async def _fail(
+        self, error: str, *, phase: str, step: str, call_id: str | None = None
+    ) -> TurnResult:
         run = self._run
         result = Failed(turn_id=run.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
-        await run.commit(ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE))
+        # the call that failed the turn ran: it keeps its own error, the rest were not run
+        own = {call_id: {"error": error}} if call_id is not None else None
+        await run.commit(
+            ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE, own=own)
+        )
         run.emit(TurnFailed, error=error, phase=phase, step=step)
         return result
 

@@ -75,7 +75,7 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
             else:
                 message = await _remote_call(run, step, call, tool, arguments, ctx)
         except FatalToolError as exc:
-            raise StepFailed(describe_error(exc), phase="tool", step=step) from exc
+            raise StepFailed(describe_error(exc), phase="tool", step=step, call_id=call.id) from exc
     run.emit(
         ActionCompleted,
         call_id=call.id,
