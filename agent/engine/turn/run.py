@@ -84,8 +84,9 @@ class TurnRun:
     def interrupt(self) -> None:
         """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
 
-        A model reply being streamed is abandoned (its request aborted) at once; a tool
-        that is running finishes, and its result commits.
+        A model reply being streamed is abandoned (its request aborted) at once; a remote
+        tool that is running gets the agent's ``tool_cancel_grace`` to finish (its result
+        commits), then its task is cancelled and its result says it was stopped.
         """
         self._run.interrupted.set()
 
