@@ -14,10 +14,11 @@ from agent.core.messages import (
     UserMessage,
 )
 from agent.core.records import Commit, StoredMessage, StoredSession, StoredStep
-from agent.core.turns import Cancelled, Failed, TurnRecord, moved
+from agent.core.turns import Cancelled, Failed, Interrupted, TurnRecord, moved
 
 __all__ = [
     "CANCELLED_CALL",
+    "INTERRUPTED_CALL",
     "NOT_RUN_AFTER_FAILURE",
     "ending_commit",
     "opening_commit",
@@ -28,6 +29,11 @@ NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 """The result a call gets when the turn failed before the call could run."""
 CANCELLED_CALL = {"cancelled": True}
 """The result a call gets when the turn was cancelled before the call could run."""
+INTERRUPTED_CALL = {
+    "interrupted": True,
+    "error": "not finished: the turn was interrupted (the process died while it ran)",
+}
+"""The result each call a turn still owes gets when the turn is interrupted."""
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
@@ -38,7 +44,7 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
         message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
     else:
         message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
-    opened = moved(record, "running", opening_index=index)
+    opened = moved(record, "running", opening_index=index, runs=1)  # its first run begins
     return opened, Commit(
         messages=(StoredMessage(index, message),), turns=(opened,), status="running"
     )
@@ -64,7 +70,7 @@ def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall,
 def ending_commit(
     state: StoredSession,
     record: TurnRecord,
-    result: Failed | Cancelled,
+    result: Failed | Cancelled | Interrupted,
     closing: JsonValue,
     *,
     own: Mapping[str, JsonValue] | None = None,
