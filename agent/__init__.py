@@ -64,6 +64,7 @@ from agent.core.events import (
     TurnCompleted,
     TurnEvent,
     TurnFailed,
+    TurnInterrupted,
     TurnStarted,
     is_terminal,
 )
@@ -96,6 +97,7 @@ from agent.core.turns import (
     Cancelled,
     Completed,
     Failed,
+    Interrupted,
     Suspended,
     TurnInput,
     TurnRecord,
@@ -106,6 +108,7 @@ from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
 from agent.engine.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
 from agent.engine.grants import grant_answer
+from agent.engine.holds import HeldTurn, drop_held, held_turns, retry_held
 from agent.engine.proactive import Channel, ChecksTargets, Trigger, receive
 from agent.engine.runtime import AgentRuntime
 from agent.engine.session import AgentSession
@@ -127,6 +130,7 @@ from agent.errors import (
     TurnCancelledError,
     TurnError,
     TurnFailedError,
+    TurnInterruptedError,
     TurnSuspendedError,
     UnknownTurnError,
 )
@@ -181,10 +185,12 @@ __all__ = [
     "Failed",
     "FatalToolError",
     "Grant",
+    "HeldTurn",
     "InboundEvent",
     "InputRequest",
     "InputRequested",
     "InputRequired",
+    "Interrupted",
     "InvalidAnswerError",
     "JsonValue",
     "LeaseLostError",
@@ -233,6 +239,8 @@ __all__ = [
     "TurnFailed",
     "TurnFailedError",
     "TurnInput",
+    "TurnInterrupted",
+    "TurnInterruptedError",
     "TurnPolicy",
     "TurnRecord",
     "TurnResult",
@@ -243,11 +251,14 @@ __all__ = [
     "UserAnswerer",
     "UserMessage",
     "database_path",
+    "drop_held",
     "grant_answer",
+    "held_turns",
     "is_terminal",
     "open_store",
     "receive",
     "resolve_policy",
+    "retry_held",
     "tool",
     "warn_unmounted_surfaces",
 ]

@@ -20,6 +20,7 @@ The tree::
         │   └── FatalToolError raised by a tool to fail the turn instead of reporting
         ├── TurnFailedError    ``AgentSession.turn()`` on a turn that failed
         ├── TurnCancelledError ``AgentSession.turn()`` on a turn that was cancelled
+        ├── TurnInterruptedError ``AgentSession.turn()`` on a turn the engine interrupted
         └── TurnSuspendedError ``AgentSession.turn()`` on a turn that suspended for input
 
 Messages carry ids (agent, session, turn, tool), never tokens or request bodies.
@@ -50,6 +51,7 @@ __all__ = [
     "TurnCancelledError",
     "TurnError",
     "TurnFailedError",
+    "TurnInterruptedError",
     "TurnSuspendedError",
     "UnknownTurnError",
 ]
@@ -197,6 +199,16 @@ class TurnCancelledError(TurnError):
     def __init__(self, reason: str, *, turn_id: str) -> None:
         super().__init__(f"turn {turn_id} was cancelled ({reason})", turn_id=turn_id)
         self.reason = reason
+
+
+class TurnInterruptedError(TurnError):
+    """`AgentSession.turn()` was awaiting a turn that the engine interrupted (see `Interrupted`)."""
+
+    def __init__(self, reason: str, detail: str = "", *, turn_id: str) -> None:
+        said = f": {detail}" if detail else ""
+        super().__init__(f"turn {turn_id} was interrupted ({reason}){said}", turn_id=turn_id)
+        self.reason = reason
+        self.detail = detail
 
 
 class TurnSuspendedError(TurnError):

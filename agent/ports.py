@@ -97,6 +97,10 @@ class TurnStore(Protocol):
         """Every turn suspended for a person's answer."""
         ...
 
+    async def interrupted_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        """Every turn the engine interrupted (a held poison turn, say), in order per session."""
+        ...
+
     async def cancelled_suspensions(self) -> list[SessionKey]:
         """Every session suspended on a turn whose cancel was stored but not yet carried out."""
         ...

@@ -65,12 +65,35 @@ def fire_schedule(settings: Settings, name: str) -> int:
     return 0
 
 
+def held_turns(settings: Settings, args: list[str]) -> int:
+    """``python -m bot turns --held [--retry TURN | --drop TURN]``."""
+    from agent import ConflictError, UnknownTurnError
+    from bot.serve import held_turns_command
+
+    options = dict(zip(args[1::2], args[2::2], strict=False))
+    if args[:1] != ["--held"] or len(args) not in (1, 3) or set(options) - {"--retry", "--drop"}:
+        print(TURNS_USAGE, file=sys.stderr)
+        return 2
+    try:
+        lines = asyncio.run(
+            held_turns_command(settings, retry=options.get("--retry"), drop=options.get("--drop"))
+        )
+    except (UnknownTurnError, ConflictError) as exc:
+        print(f"Cannot do that: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+TURNS_USAGE = "Usage: python -m bot turns --held [--retry TURN | --drop TURN]"
+
 USAGE = """\
 Usage: python -m bot                    serve Slack, or (with no Slack credentials) the web console
        python -m bot chat [LINE...]     chat in this terminal
        python -m bot schedules          each schedule and its next firing
        python -m bot run-schedule NAME  fire a schedule now
-       python -m bot policies           what turns in each channel run under"""
+       python -m bot policies           what turns in each channel run under
+       python -m bot turns --held       turns held after killing the process; --retry/--drop TURN"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return list_schedules(settings)
     if args[:1] == ["policies"]:
         return list_policies(settings)
+    if args[:1] == ["turns"]:
+        return held_turns(settings, args[1:])
     if args[:1] == ["run-schedule"]:
         if len(args) != 2:
             print("Usage: python -m bot run-schedule NAME", file=sys.stderr)

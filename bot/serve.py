@@ -269,3 +269,31 @@ async def _caught_up(schedules: ScheduleRunner) -> None:
     ran = await schedules.catch_up()
     if ran:
         print(f"Ran {ran} schedule firing(s) that fell due while the bot was down.", flush=True)
+
+
+async def held_turns_command(
+    settings: Settings, *, retry: str | None, drop: str | None
+) -> list[str]:
+    """``python -m bot turns --held``: list the held turns, or retry or drop one.
+
+    Raises:
+        UnknownTurnError: ``retry`` or ``drop`` names no held turn.
+        ConflictError: The held turn's session waits for an answer (a retry).
+    """
+    from agent import drop_held, held_turns, open_store, retry_held
+
+    store = await open_store(settings.database_url)
+    try:
+        if retry is not None:
+            new_id = await retry_held(store, retry)
+            return [f"Turn {retry} is queued again as {new_id}; it runs at the bot's next start."]
+        if drop is not None:
+            held = await drop_held(store, drop)
+            return [f"Turn {drop} of {held.key} is dropped; it stays interrupted."]
+        lines = [
+            f"{h.key.agent} {h.key.session_id} {h.record.turn_id}: {h.detail}"
+            for h in await held_turns(store)
+        ]
+        return lines or ["No held turns."]
+    finally:
+        await store.close()

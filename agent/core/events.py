@@ -2,7 +2,7 @@
 
 Live deltas (``message.delta``, ``reasoning.delta``) are never stored and never
 replayed. A stream of one turn ends on its terminal event: ``turn.completed``,
-``turn.failed``, ``turn.cancelled`` or ``input.requested``.
+``turn.failed``, ``turn.cancelled``, ``turn.interrupted`` or ``input.requested``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "TurnCompleted",
     "TurnEvent",
     "TurnFailed",
+    "TurnInterrupted",
     "TurnStarted",
     "is_terminal",
 ]
@@ -132,6 +133,18 @@ class TurnCancelled(_Event):
     reason: str
 
 
+class TurnInterrupted(_Event):
+    """The turn was stopped for good by the engine, not by a cancel (see `Interrupted`).
+
+    ``reason`` is a word a program can test (``held``: the process died while
+    running it too many times in a row); ``detail`` says it for a person.
+    """
+
+    type: Literal["turn.interrupted"] = "turn.interrupted"
+    reason: str
+    detail: str = ""
+
+
 TurnEvent = Annotated[
     TurnStarted
     | ReasoningDelta
@@ -142,14 +155,15 @@ TurnEvent = Annotated[
     | InputRequested
     | TurnCompleted
     | TurnFailed
-    | TurnCancelled,
+    | TurnCancelled
+    | TurnInterrupted,
     Field(discriminator="type"),
 ]
 
 TURN_EVENT_ADAPTER: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 
 TERMINAL_EVENT_TYPES = frozenset(
-    {"turn.completed", "turn.failed", "turn.cancelled", "input.requested"}
+    {"turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted", "input.requested"}
 )
 
 

@@ -24,12 +24,14 @@ from agent.core.policy import TurnPolicy
 from agent.errors import TurnError
 
 __all__ = [
+    "POISON_RUNS",
     "TURN_STATUSES_ENDED",
     "TURN_STATUSES_UNFINISHED",
     "TURN_TRANSITIONS",
     "Cancelled",
     "Completed",
     "Failed",
+    "Interrupted",
     "SessionReset",
     "Suspended",
     "TurnInput",
@@ -44,13 +46,15 @@ __all__ = [
     "phase_of",
 ]
 
-TurnStatus = Literal["queued", "running", "completed", "suspended", "failed", "cancelled"]
+TurnStatus = Literal[
+    "queued", "running", "completed", "suspended", "failed", "cancelled", "interrupted"
+]
 """A turn's status as the store keeps it. These strings are persisted: never rename one."""
 
 TURN_STATUSES_UNFINISHED: frozenset[str] = frozenset({"queued", "running"})
 """Still to run, or running: the turns a worker picks up and start-up recovery resumes."""
 
-TURN_STATUSES_ENDED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+TURN_STATUSES_ENDED: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 """Terminal: no status follows these."""
 
 TURN_TRANSITIONS: Final[Mapping[TurnStatus, frozenset[TurnStatus]]] = MappingProxyType(
@@ -59,14 +63,19 @@ TURN_TRANSITIONS: Final[Mapping[TurnStatus, frozenset[TurnStatus]]] = MappingPro
         # before it ever opens. A suspended turn that was answered is stored as
         # "queued" again while it runs on, so that a crash replays it from its last
         # checkpoint; such a turn ends, or suspends again, straight from "queued".
-        "queued": frozenset({"running", "completed", "failed", "cancelled", "suspended"}),
-        "running": frozenset({"completed", "failed", "cancelled", "suspended"}),
+        # An unfinished turn is interrupted when the engine stops it for good: the
+        # process died while running it `POISON_RUNS` times in a row (the hold).
+        "queued": frozenset(
+            {"running", "completed", "failed", "cancelled", "suspended", "interrupted"}
+        ),
+        "running": frozenset({"completed", "failed", "cancelled", "suspended", "interrupted"}),
         # A suspended turn is answered (queued to run on from where it stopped), or it
         # is cancelled unanswered: its request is withdrawn and its tool call closed.
         "suspended": frozenset({"queued", "cancelled"}),
         "completed": frozenset(),
         "failed": frozenset(),
         "cancelled": frozenset(),
+        "interrupted": frozenset(),
     }
 )
 """Which status may follow which: the only moves `moved` makes."""
@@ -80,6 +89,7 @@ TurnPhase = Literal[
     "completed",
     "failed",
     "cancelled",
+    "interrupted",
 ]
 """Where a turn stands, derived from its record and its session's cancel requests (never stored).
 
@@ -91,8 +101,12 @@ TurnPhase = Literal[
 - ``ending_suspended``: stored "suspended", but a cancel request for it is stored too:
   the cancel came while the suspend was being written, so the turn's run is ending it
   now, and nobody is to answer it;
-- ``completed``, ``failed``, ``cancelled``: ended.
+- ``completed``, ``failed``, ``cancelled``, ``interrupted``: ended.
 """
+
+POISON_RUNS: Final = 3
+"""Runs of one turn in a row that the process died during, after which start-up
+holds the turn (it ends `Interrupted` with reason ``held``) instead of resuming it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +165,21 @@ class Cancelled:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Interrupted:
+    """The engine stopped the turn for good, for ``reason``; ``detail`` says it for a person.
+
+    Reasons: ``held``, the process died while running the turn `POISON_RUNS` times
+    in a row, so start-up holds it instead of resuming it again (an operator may
+    retry or drop it). Unlike `Cancelled`, nobody asked for it.
+    """
+
+    status: Literal["interrupted"] = "interrupted"
+    turn_id: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Suspended:
     """The turn is suspended: it waits for a person to answer ``request``."""
 
@@ -162,7 +191,9 @@ class Suspended:
     policy: TurnPolicy | None = None
 
 
-TurnResult = Annotated[Completed | Failed | Cancelled | Suspended, Field(discriminator="status")]
+TurnResult = Annotated[
+    Completed | Failed | Cancelled | Interrupted | Suspended, Field(discriminator="status")
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +211,12 @@ class TurnRecord:
     """Set once the turn reached a terminal status (or was suspended); None while it runs."""
     resumes: int = 0
     """How many answers resumed it."""
+    runs: int = 0
+    """Runs of the turn begun since it was admitted or last suspended; a run that ends
+    (or suspends) the turn writes its ending, so an unfinished turn found at start-up
+    with ``runs`` at `POISON_RUNS` had the process die under each of them."""
+    retry_of: str | None = None
+    """The turn this one answers again (an operator's retry of a held turn)."""
 
     @property
     def is_unfinished(self) -> bool:
@@ -188,7 +225,7 @@ class TurnRecord:
 
     @property
     def is_ended(self) -> bool:
-        """Whether the turn completed, failed or was cancelled: nothing more happens to it."""
+        """Whether the turn completed, failed, was cancelled or interrupted: it is over."""
         return self.status in TURN_STATUSES_ENDED
 
 
@@ -217,6 +254,7 @@ def moved(
     result: TurnResult | None = None,
     opening_index: int | None = None,
     resumes: int | None = None,
+    runs: int | None = None,
 ) -> TurnRecord:
     """``record`` moved to status ``to``: the one way the engine changes a turn's status.
 
@@ -230,6 +268,8 @@ def moved(
             None keeps the record's.
         resumes: The turn's new count of answers, when this move resumes it; None
             keeps the record's.
+        runs: The turn's new count of runs begun (see `TurnRecord.runs`); None keeps
+            the record's, except that a suspend starts the count again at 0.
 
     Returns:
         The moved record, to be written; ``record`` itself is left as it was.
@@ -257,6 +297,7 @@ def moved(
         result=result,
         opening_index=record.opening_index if opening_index is None else opening_index,
         resumes=record.resumes if resumes is None else resumes,
+        runs=(0 if to == "suspended" else record.runs) if runs is None else runs,
     )
 
 

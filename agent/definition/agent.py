@@ -57,7 +57,12 @@ class Agent:
     max_turn_seconds: float | None = None
     """How long one run of a turn may take; past it the turn is cancelled with reason
     ``timeout`` at its next checkpoint boundary (a streaming reply is abandoned at once,
-    a running tool is let finish). Time spent suspended, waiting for a person, does not count."""
+    a running remote tool gets ``tool_cancel_grace`` to finish, then is cancelled). Time
+    spent suspended, waiting for a person, does not count."""
+    tool_cancel_grace: float = 5.0
+    """Seconds a remote tool still running when its turn is cancelled (a cancel, a
+    replace, a reset, the time limit) may take to finish; then its task is cancelled
+    and the call's result says so, so no turn waits forever on a tool."""
     surfaces: Mapping[str, SurfacePolicy] = field(default_factory=dict)
     """The policy of each source (``slack``...): its denied tools and how its
     instructions combine with the base ones."""
@@ -72,6 +77,8 @@ class Agent:
             raise ConfigError("an agent needs a name")
         if self.max_turn_seconds is not None and not self.max_turn_seconds > 0:
             raise ConfigError(f"agent {self.name}: max_turn_seconds must be above 0")
+        if not self.tool_cancel_grace >= 0:
+            raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
         by_name: dict[str, Tool] = {}
         for t in self.tools:
             if t.name in by_name:

@@ -129,6 +129,9 @@ class Tool:
     """A plain ``def``: runs inside the step's transaction, exactly once."""
     input_model: type[BaseModel]
     context_param: str | None = None
+    timeout: float | None = None
+    """Seconds one call may run (remote tools only); past it the call's task is
+    cancelled and its result is a `TimeoutError` the model sees, as if the tool raised."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -166,7 +169,7 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, timeout: float | None = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -174,11 +177,14 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a function; its input schema comes from the type hints.
 
     A parameter annotated `ToolContext` receives the call's context and is not
-    part of the schema. The description defaults to the docstring.
+    part of the schema. The description defaults to the docstring. ``timeout``
+    (seconds, async tools only) bounds one call: past it the call is cancelled and
+    the model gets a `TimeoutError` result, like a tool that raised.
 
     Example:
         >>> @tool
@@ -189,19 +195,31 @@ def tool(
 
     Raises:
         ConfigError: The function cannot be a tool (an async generator, a
-            parameter without a type hint, no description).
+            parameter without a type hint, no description), or ``timeout`` is not
+            above 0 or is given to a plain ``def`` (it runs inside a transaction on
+            the store's thread, which cannot be stopped).
     """
 
     def declare(fn: Callable[..., Any]) -> Tool:
-        return _declare(fn, name=name, description=description)
+        return _declare(fn, name=name, description=description, timeout=timeout)
 
     return declare(fn) if fn is not None else declare
 
 
-def _declare(fn: Callable[..., Any], *, name: str | None, description: str | None) -> Tool:
+def _declare(
+    fn: Callable[..., Any], *, name: str | None, description: str | None, timeout: float | None
+) -> Tool:
     tool_name = name or fn.__name__
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise ConfigError(f"tool {tool_name}: a generator cannot be a tool")
+    is_local = not inspect.iscoroutinefunction(fn)
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(f"tool {tool_name}: timeout must be above 0")
+    if timeout is not None and is_local:
+        raise ConfigError(
+            f"tool {tool_name}: a timeout needs an async tool; a plain def runs inside a "
+            "transaction on the store's thread, which cannot be stopped"
+        )
     text = description or inspect.getdoc(fn)
     if not text:
         raise ConfigError(f"tool {tool_name}: give it a description or a docstring")
@@ -222,9 +240,10 @@ def _declare(fn: Callable[..., Any], *, name: str | None, description: str | Non
         name=tool_name,
         description=text,
         fn=fn,
-        is_local=not inspect.iscoroutinefunction(fn),
+        is_local=is_local,
         input_model=input_model,
         context_param=context_param,
+        timeout=timeout,
     )
 
 

@@ -18,6 +18,7 @@ from agent.core.events import (
     TurnCompleted,
     TurnEvent,
     TurnFailed,
+    TurnInterrupted,
 )
 from agent.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from agent.core.records import SessionKey, StoredSession
@@ -25,6 +26,7 @@ from agent.core.turns import (
     Cancelled,
     Completed,
     Failed,
+    Interrupted,
     Suspended,
     TurnRecord,
 )
@@ -83,5 +85,7 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
         )
     elif isinstance(ending, Cancelled):
         yield TurnCancelled(**base, seq=next_seq(), reason=ending.reason)
+    elif isinstance(ending, Interrupted):
+        yield TurnInterrupted(**base, seq=next_seq(), reason=ending.reason, detail=ending.detail)
     elif isinstance(ending, Suspended):
         yield InputRequested(**base, seq=next_seq(), request=ending.request.as_dict())

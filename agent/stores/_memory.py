@@ -115,6 +115,9 @@ class MemoryStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return self._turns_in(_rules.SUSPENDED)
 
+    async def interrupted_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return self._turns_in(_rules.INTERRUPTED)
+
     async def cancelled_suspensions(self) -> list[SessionKey]:
         return [
             key

@@ -22,6 +22,7 @@ from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = [
+    "INTERRUPTED",
     "LET_GO",
     "SUSPENDED",
     "UNFINISHED",
@@ -41,6 +42,8 @@ UNFINISHED: Final = TURN_STATUSES_UNFINISHED
 """The statuses of a turn still to run: `SessionStore.unfinished_turns` lists them."""
 SUSPENDED: Final = frozenset({"suspended"})
 """The status of a turn suspended for a person's answer: `SessionStore.suspended_turns`."""
+INTERRUPTED: Final = frozenset({"interrupted"})
+"""The status of a turn the engine stopped for good: `SessionStore.interrupted_turns`."""
 LET_GO: Final = 0.0
 """The ``until`` of a lease its holder let go: it ran out long ago, so anyone may take it."""
 

@@ -356,6 +356,11 @@ async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local
     # both calls got a closing result, so the next model call sees a valid transcript
     messages = await tool_messages(store)
     assert [(m.call_id, m.is_error) for m in messages] == [("c1", True), ("c2", True)]
+    # the call that raised ran: it keeps its own error; only the call after it was not run
+    assert [m.result for m in messages] == [
+        {"error": "FatalToolError: deployment is missing its bucket"},
+        {"error": "not run: the turn failed before this call"},
+    ]
     assert sink.types()[-1] == "turn.failed"
 
 

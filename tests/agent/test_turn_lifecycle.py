@@ -10,6 +10,7 @@ is one the engine really takes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from typing import Any, get_args
 
@@ -30,11 +31,13 @@ from agent import (
 )
 from agent.core import turns
 from agent.core.hitl import InputRequest
-from agent.core.records import Commit, SessionKey
+from agent.core.records import Commit, SessionKey, StoredMessage
 from agent.core.turns import (
+    POISON_RUNS,
     TURN_STATUSES_ENDED,
     TURN_STATUSES_UNFINISHED,
     TURN_TRANSITIONS,
+    Interrupted,
     TurnInput,
     TurnStatus,
     is_suspend_ending,
@@ -62,6 +65,8 @@ ENGINE_MOVES = {
     ("running", "suspended"): "a tool asks a person",
     ("suspended", "queued"): "an answer resumes the turn",
     ("suspended", "cancelled"): "a cancel or reset withdraws the request",
+    ("queued", "interrupted"): "a resumed turn the process died under too often is held",
+    ("running", "interrupted"): "a turn the process died under too often is held",
 }
 
 
@@ -82,6 +87,7 @@ def result_for(status: TurnStatus, turn_id: str = "t1") -> Any:
         "completed": Completed(turn_id=turn_id, text="done"),
         "failed": Failed(turn_id=turn_id, error="boom"),
         "cancelled": Cancelled(turn_id=turn_id, reason="requested"),
+        "interrupted": Interrupted(turn_id=turn_id, reason="held"),
         "suspended": Suspended(turn_id=turn_id, request=request),
     }.get(status)
 
@@ -215,6 +221,7 @@ class WatchedStore(MemoryStore):
         super().__init__()
         self._made = made
         self._statuses: dict[tuple[SessionKey, str], TurnStatus] = {}
+        self._records: dict[tuple[SessionKey, str], TurnRecord] = {}
         self.taken: set[tuple[str, str]] = set()
         """The status changes written, as ``(from, to)``."""
 
@@ -222,14 +229,36 @@ class WatchedStore(MemoryStore):
         await super().commit(key, commit)  # a refused write changes no status
         for written in commit.turns:
             before = self._statuses.get((key, written.turn_id))
+            previous = self._records.get((key, written.turn_id))
             self._statuses[key, written.turn_id] = written.status
+            self._records[key, written.turn_id] = written
             if before is None and written.status == "queued":
                 continue  # admitted, not moved
+            if previous is not None and written == dataclasses.replace(
+                previous, runs=previous.runs + 1
+            ):
+                continue  # a replay counts the run it begins: no status change
             assert before != written.status, f"{written.turn_id} rewritten as {before}"
             assert any(written is made for made in self._made), (
                 f"{written.turn_id}: {before} -> {written.status} did not go through moved()"
             )
             self.taken.add((before or "queued", written.status))
+
+    def died_during_a_run(self, key: SessionKey, status: TurnStatus) -> None:
+        """Store what a process that died in the turn's last allowed run left behind."""
+        record = TurnRecord(
+            turn_id="t",
+            seq=1,
+            status=status,
+            input=TurnInput(text="hi"),
+            opening_index=0,
+            resumes=1 if status == "queued" else 0,
+            runs=POISON_RUNS,
+        )
+        opening = StoredMessage(0, UserMessage(turn_id="t", text="hi"))
+        self._apply(key, Commit(messages=(opening,), turns=(record,), status="running"))
+        self._statuses[key, "t"] = status
+        self._records[key, "t"] = record
 
 
 @tool
@@ -327,6 +356,16 @@ async def test_every_status_change_the_engine_writes_goes_through_moved(moves):
         turn_id = await reset.start("ask:ok")
         assert isinstance(await reset.result(turn_id), Suspended)
         await reset.reset()
+
+    # held at the next start: a process died under the turn's every run, POISON_RUNS in a
+    # row, while it ran, and while it ran on after an answer (stored "queued")
+    for status in ("running", "queued"):
+        store.died_during_a_run(SessionKey("a", f"poison-{status}"), status)
+    async with AgentRuntime(store, agent) as runtime:
+        for status in ("running", "queued"):
+            held = await runtime.session("a", f"poison-{status}").result("t")
+            assert isinstance(held, Interrupted)
+            assert held.reason == "held"
 
     # nothing bypassed moved(), and the table lists no move the engine never makes
     assert store.taken == EDGES

@@ -225,3 +225,17 @@ def test_the_terminal_chat_offers_no_approval_it_could_not_take(tmp_path):
     assert "holds 2 note(s)" in result.stdout  # noted, never parked for an approval
     assert "Traceback" not in result.stderr + again.stderr
     assert "holds 3 note(s)" in again.stdout
+
+
+def test_turns_held_lists_nothing_on_a_fresh_database_and_refuses_a_wrong_call(tmp_path):
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path}/bot.db"}
+
+    listed = run_bot("turns", "--held", env=env)
+    wrong = run_bot("turns", "--held", "--retry", env=env)
+    unknown = run_bot("turns", "--held", "--drop", "nope", env=env)
+
+    assert (listed.returncode, listed.stdout.strip()) == (0, "No held turns.")
+    assert wrong.returncode == 2
+    assert "--retry TURN" in wrong.stderr
+    assert unknown.returncode == 1
+    assert "no held turn nope" in unknown.stderr

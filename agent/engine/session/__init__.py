@@ -31,6 +31,7 @@ from agent.core.turns import (
     Cancelled,
     Completed,
     Failed,
+    Interrupted,
     SessionReset,
     Suspended,
     TurnInput,
@@ -45,7 +46,12 @@ from agent.engine.session._state import Observer, SessionState, suspend_is_endin
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
-from agent.errors import TurnCancelledError, TurnFailedError, TurnSuspendedError
+from agent.errors import (
+    TurnCancelledError,
+    TurnFailedError,
+    TurnInterruptedError,
+    TurnSuspendedError,
+)
 
 if TYPE_CHECKING:
     from agent.definition.agent import Agent
@@ -251,6 +257,7 @@ class AgentSession:
             TurnSuspendedError: The turn was suspended for input; use `start` and `result`.
             TurnFailedError: The turn failed.
             TurnCancelledError: The turn was cancelled.
+            TurnInterruptedError: The engine interrupted the turn (it held a poison turn).
         """
         turn_id = await self.start(input, turn_id=turn_id, replace=replace)
         result = await self.result(turn_id)
@@ -262,6 +269,8 @@ class AgentSession:
             )
         if isinstance(result, Cancelled):
             raise TurnCancelledError(result.reason, turn_id=turn_id)
+        if isinstance(result, Interrupted):
+            raise TurnInterruptedError(result.reason, result.detail, turn_id=turn_id)
         raise TurnSuspendedError(
             f"turn {turn_id} is suspended for input; turn() does not wait for people",
             turn_id=turn_id,

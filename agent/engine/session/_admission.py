@@ -80,6 +80,8 @@ class Admission:
             else:
                 commit = plan.commit(Commit(turns=(record,)))
             caller_left = await self._cancels.commit_plan(state, plan, commit)
+            if record.opening_index is not None:
+                self._shared.opened_here.add(turn_id)  # its first run is counted
             # If the runtime closed meanwhile, the turn is admitted all the same and runs
             # at the next start.
             with contextlib.suppress(RuntimeClosedError):

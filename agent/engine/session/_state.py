@@ -61,6 +61,8 @@ class SessionState:
         """The task running this session's turns, while there is one."""
         self.active: str | None = None
         """The turn the worker is running, if any."""
+        self.opened_here: set[str] = set()
+        """Turns this process's admission opened (their first run counted), not run yet."""
         self.running: TurnRun | None = None
         """The run of the active turn, once it has begun."""
         self.waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}

@@ -187,7 +187,9 @@ class Worker:
             emit=self._waiters.emit,
             clock=self._shared.host.clock,
             holder=token,
+            opened_here=turn_id in self._shared.opened_here,
         )
+        self._shared.opened_here.discard(turn_id)
         self._shared.running = run
         try:
             result = await run.run()

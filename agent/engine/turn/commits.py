@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from agent._json import JsonValue
 from agent.core.messages import (
     AssistantMessage,
@@ -12,10 +14,11 @@ from agent.core.messages import (
     UserMessage,
 )
 from agent.core.records import Commit, StoredMessage, StoredSession, StoredStep
-from agent.core.turns import Cancelled, Failed, TurnRecord, moved
+from agent.core.turns import Cancelled, Failed, Interrupted, TurnRecord, moved
 
 __all__ = [
     "CANCELLED_CALL",
+    "INTERRUPTED_CALL",
     "NOT_RUN_AFTER_FAILURE",
     "ending_commit",
     "opening_commit",
@@ -26,6 +29,11 @@ NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 """The result a call gets when the turn failed before the call could run."""
 CANCELLED_CALL = {"cancelled": True}
 """The result a call gets when the turn was cancelled before the call could run."""
+INTERRUPTED_CALL = {
+    "interrupted": True,
+    "error": "not finished: the turn was interrupted (the process died while it ran)",
+}
+"""The result each call a turn still owes gets when the turn is interrupted."""
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
@@ -36,7 +44,7 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
         message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
     else:
         message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
-    opened = moved(record, "running", opening_index=index)
+    opened = moved(record, "running", opening_index=index, runs=1)  # its first run begins
     return opened, Commit(
         messages=(StoredMessage(index, message),), turns=(opened,), status="running"
     )
@@ -60,21 +68,33 @@ def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall,
 
 
 def ending_commit(
-    state: StoredSession, record: TurnRecord, result: Failed | Cancelled, closing: JsonValue
+    state: StoredSession,
+    record: TurnRecord,
+    result: Failed | Cancelled | Interrupted,
+    closing: JsonValue,
+    *,
+    own: Mapping[str, JsonValue] | None = None,
 ) -> Commit:
     """The transaction that ends a turn early: its record, and a result for each owed call.
 
     Every call the turn still owes gets ``closing`` as its result, so the next model
     call gets a valid transcript (a call with no result is refused by the model's API
-    from then on, which would wedge the conversation for good).
+    from then on, which would wedge the conversation for good). A call named in
+    ``own`` gets its own result instead: it ran, and its outcome is what ended the turn
+    (a `FatalToolError`'s message), so later turns show the model what really happened.
     """
+    own = own or {}
     owed, at = owed_calls(state.transcript, record.turn_id)
     messages: list[StoredMessage] = []
     steps: list[StoredStep] = []
     for offset, call in enumerate(owed):
         index = len(state.transcript) + offset
         message = ToolMessage(
-            turn_id=record.turn_id, call_id=call.id, name=call.name, result=closing, is_error=True
+            turn_id=record.turn_id,
+            call_id=call.id,
+            name=call.name,
+            result=own.get(call.id, closing),
+            is_error=True,
         )
         messages.append(StoredMessage(index, message))
         steps.append(

@@ -29,11 +29,16 @@ class Interrupted(Exception):
 
 
 class StepFailed(Exception):
-    """A step failed in a way that fails the turn; ``phase`` and ``step`` say where."""
+    """A step failed in a way that fails the turn; ``phase`` and ``step`` say where.
 
-    def __init__(self, error: str, *, phase: str, step: str) -> None:
+    ``call_id`` names the tool call that failed it, when one did: that call ran, so its
+    result is its own error, not the "not run" the calls after it get.
+    """
+
+    def __init__(self, error: str, *, phase: str, step: str, call_id: str | None = None) -> None:
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
+        self.call_id = call_id
 
 
 class RunContext:

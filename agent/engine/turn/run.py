@@ -3,12 +3,14 @@
 The loop reads its position off the transcript: an assistant message with calls
 still owed a result means tool steps, anything else means a model step, and a
 reply that asks for no tool ends the turn. The run writes the ending itself:
-completed, failed, cancelled, or suspended on a person's answer.
+completed, failed, cancelled, interrupted (held after the process died under it
+too often), or suspended on a person's answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -19,12 +21,14 @@ from agent.core.events import (
     TurnCompleted,
     TurnEvent,
     TurnFailed,
+    TurnInterrupted,
     TurnStarted,
 )
 from agent.core.hitl import InputRequest, InputRequired
 from agent.core.messages import AssistantMessage, Usage
 from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
 from agent.core.turns import (
+    POISON_RUNS,
     Cancelled,
     Completed,
     Failed,
@@ -33,9 +37,11 @@ from agent.core.turns import (
     TurnResult,
     moved,
 )
+from agent.core.turns import Interrupted as InterruptedResult
 from agent.definition.agent import Agent
 from agent.engine.turn.commits import (
     CANCELLED_CALL,
+    INTERRUPTED_CALL,
     NOT_RUN_AFTER_FAILURE,
     ending_commit,
     opening_commit,
@@ -64,7 +70,14 @@ class TurnRun:
         emit: Callable[[TurnEvent], None],
         clock: Callable[[], float] = time.time,
         holder: str | None = None,
+        opened_here: bool = False,
     ) -> None:
+        """Set up one run of ``record``'s turn.
+
+        ``opened_here``: this process's admission opened the turn just now, so this
+        is its first run, counted in the opening commit already.
+        """
+        self._opened_here = opened_here
         self._run = RunContext(
             agent=agent,
             store=store,
@@ -84,8 +97,9 @@ class TurnRun:
     def interrupt(self) -> None:
         """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
 
-        A model reply being streamed is abandoned (its request aborted) at once; a tool
-        that is running finishes, and its result commits.
+        A model reply being streamed is abandoned (its request aborted) at once; a remote
+        tool that is running gets the agent's ``tool_cancel_grace`` to finish (its result
+        commits), then its task is cancelled and its result says it was stopped.
         """
         self._run.interrupted.set()
 
@@ -108,13 +122,17 @@ class TurnRun:
             # The cancel came before the turn opened (nothing of it is written yet), or the
             # turn was recovered after a stop with its cancel already stored.
             return await self._cancel(reason)
+        if self._is_replay() and run.record.runs >= POISON_RUNS:
+            return await self._hold()
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
         run.emit(TurnStarted, trigger=trigger)
         try:
             return await self._loop()
         except StepFailed as failure:
-            return await self._fail(failure.error, phase=failure.phase, step=failure.step)
+            return await self._fail(
+                failure.error, phase=failure.phase, step=failure.step, call_id=failure.call_id
+            )
         except Interrupted:
             return await self._cancel(run.cancel_reason() or "requested")
         except InputRequired as asked:
@@ -145,12 +163,39 @@ class TurnRun:
         run.emit(InputRequested, request=request.as_dict())
         return result
 
+    def _is_replay(self) -> bool:
+        """Whether this run picks the turn up again (a crash, a takeover, an answer)."""
+        return self._run.record.opening_index is not None and not self._opened_here
+
     async def _open(self) -> None:
+        """Write the turn's opening, or, for a replay, count the run it begins.
+
+        The count is what tells a poison turn at the next start: a run that ends the
+        turn writes the ending, so a count that keeps growing means the process died
+        under each run (see `TurnRecord.runs`).
+        """
         run = self._run
+        if self._is_replay():
+            counted = dataclasses.replace(run.record, runs=run.record.runs + 1)
+            await run.commit(Commit(turns=(counted,)))
+            return
         if run.record.opening_index is not None:
-            return  # a replay: the opening message is already in the transcript
+            return  # opened by this process's admission, in the opening commit
         _, commit = opening_commit(run.record, len(run.transcript))
         await run.commit(commit)
+
+    async def _hold(self) -> TurnResult:
+        """End a turn the process died under `POISON_RUNS` times in a row: held, not resumed."""
+        run = self._run
+        detail = (
+            f"the process stopped {run.record.runs} times in a row while running this turn "
+            "(a tool may be killing it), so it is not resumed again; an operator may retry "
+            "or drop it (python -m bot turns --held)"
+        )
+        result = InterruptedResult(turn_id=run.turn_id, reason="held", detail=detail)
+        await run.commit(ending_commit(run.state, run.record, result, INTERRUPTED_CALL))
+        run.emit(TurnInterrupted, reason="held", detail=detail)
+        return result
 
     async def _loop(self) -> TurnResult:
         run = self._run
@@ -205,10 +250,16 @@ class TurnRun:
                 total += message.usage or Usage()
         return total
 
-    async def _fail(self, error: str, *, phase: str, step: str) -> TurnResult:
+    async def _fail(
+        self, error: str, *, phase: str, step: str, call_id: str | None = None
+    ) -> TurnResult:
         run = self._run
         result = Failed(turn_id=run.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
-        await run.commit(ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE))
+        # the call that failed the turn ran: it keeps its own error, the rest were not run
+        own = {call_id: {"error": error}} if call_id is not None else None
+        await run.commit(
+            ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE, own=own)
+        )
         run.emit(TurnFailed, error=error, phase=phase, step=step)
         return result
 

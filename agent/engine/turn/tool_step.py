@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from agent._json import JsonValue
@@ -33,10 +35,12 @@ from agent.definition.tools import (
     idempotency_key,
     jsonable_result,
 )
-from agent.engine.turn.context import RunContext, StepFailed, is_being_cancelled
+from agent.engine.turn.context import RunContext, StepFailed
 from agent.errors import FatalToolError, ToolError
 
 __all__ = ["tool_step"]
+
+log = logging.getLogger(__name__)
 
 
 async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
@@ -75,7 +79,7 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
             else:
                 message = await _remote_call(run, step, call, tool, arguments, ctx)
         except FatalToolError as exc:
-            raise StepFailed(describe_error(exc), phase="tool", step=step) from exc
+            raise StepFailed(describe_error(exc), phase="tool", step=step, call_id=call.id) from exc
     run.emit(
         ActionCompleted,
         call_id=call.id,
@@ -121,20 +125,117 @@ async def _remote_call(
     arguments: dict[str, Any],
     ctx: ToolContext,
 ) -> ToolMessage:
+    """Await a remote tool in a task of its own, so that nothing makes the turn wait forever.
+
+    The call ends when the tool returns or raises; when its own ``timeout`` passes (its
+    result is then a `TimeoutError`, as if it raised); or when the turn is to stop (a
+    cancel, a replace, a reset, the time limit) and the tool has not finished within
+    the agent's ``tool_cancel_grace`` (its result then says it was stopped, and why).
+    """
+    running = asyncio.ensure_future(_unwrap_input_required(tool.call(arguments, ctx)))
     try:
-        result = await _unwrap_input_required(tool.call(arguments, ctx))
-        message = _tool_message(run, call, result=jsonable_result(tool, result))
-    except FatalToolError:
+        stopped = await _until_done_or_stopped(run, tool, running)
+    except asyncio.CancelledError:
+        # this task was cancelled (a shutdown): the tool's task goes with it
+        await _stop(running, run.agent.tool_cancel_grace)
         raise
-    except Exception as exc:
-        message = _tool_message(run, call, error=exc)
-    except asyncio.CancelledError as exc:
-        if is_being_cancelled():
+    if stopped is not None:
+        message = stopped(call)
+    else:
+        try:
+            result = running.result()
+            message = _tool_message(run, call, result=jsonable_result(tool, result))
+        except FatalToolError:
             raise
-        # something the tool awaited was cancelled, not this turn: the call failed
-        message = _tool_message(run, call, error=exc)
+        except Exception as exc:
+            message = _tool_message(run, call, error=exc)
+        except asyncio.CancelledError as exc:
+            # something the tool awaited was cancelled, not this turn: the call failed
+            message = _tool_message(run, call, error=exc)
     await run.commit(_tool_commit(run, step, message))
     return message
+
+
+async def _until_done_or_stopped(
+    run: RunContext, tool: Tool, running: asyncio.Future[Any]
+) -> Callable[[ToolCall], ToolMessage] | None:
+    """Wait for ``running``; None once it is done, else how to record the call it stopped."""
+    loop = asyncio.get_running_loop()
+    deadline = None if tool.timeout is None else loop.time() + tool.timeout
+    grace_ends: float | None = None
+    while not running.done():
+        if run.cancel_reason() is None:
+            grace_ends = None  # no cancel, or one whose write failed and was taken back
+        elif grace_ends is None:
+            grace_ends = loop.time() + run.agent.tool_cancel_grace
+        ends = min((t for t in (deadline, grace_ends) if t is not None), default=None)
+        # Until a cancel is seen, its interrupt wakes this wait; once the grace runs,
+        # the interrupt is still set, so the wait is for the tool or the grace's end.
+        interrupted = asyncio.ensure_future(run.interrupted.wait())
+        waits = (running,) if grace_ends is not None else (running, interrupted)
+        try:
+            await asyncio.wait(
+                waits,
+                timeout=None if ends is None else max(0.0, ends - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            interrupted.cancel()
+        if running.done():
+            return None
+        now = loop.time()
+        reason = run.cancel_reason()
+        if grace_ends is not None and now >= grace_ends and reason is not None:
+            await _stop(running, run.agent.tool_cancel_grace)
+            return _stopped_by_cancel(run, reason)
+        if deadline is not None and now >= deadline:
+            await _stop(running, run.agent.tool_cancel_grace)
+            return _timed_out(run, tool)
+        if reason is None and run.interrupted.is_set():
+            run.interrupted.clear()  # the interrupt's cancel was never stored: wait on
+    return None
+
+
+def _stopped_by_cancel(run: RunContext, reason: str) -> Callable[[ToolCall], ToolMessage]:
+    grace = run.agent.tool_cancel_grace
+    why = "ran past its time limit" if reason == "timeout" else f"was cancelled ({reason})"
+    text = f"stopped: the turn {why} while this call ran, and it did not finish within {grace:g} s"
+
+    def record(call: ToolCall) -> ToolMessage:
+        return ToolMessage(
+            turn_id=run.turn_id,
+            call_id=call.id,
+            name=call.name,
+            result={"cancelled": True, "reason": reason, "error": text},
+            is_error=True,
+        )
+
+    return record
+
+
+def _timed_out(run: RunContext, tool: Tool) -> Callable[[ToolCall], ToolMessage]:
+    error = TimeoutError(f"tool {tool.name} did not finish within {tool.timeout:g} s")
+    return lambda call: _tool_message(run, call, error=error)
+
+
+async def _stop(running: asyncio.Future[Any], grace: float) -> None:
+    """Cancel a tool's task and let it unwind for up to ``grace`` seconds.
+
+    A tool that swallows its cancellation and goes on is left to end on its own (it
+    is kept referenced until then): the turn does not wait for it.
+    """
+    running.cancel()
+    await asyncio.wait((running,), timeout=grace)
+    if not running.done():
+        _ABANDONED.add(running)
+        running.add_done_callback(_ABANDONED.discard)
+        log.warning("a tool ignored its cancellation and still runs; the turn goes on")
+    elif not running.cancelled():
+        running.exception()  # retrieved, so asyncio does not report it as never seen
+
+
+_ABANDONED: set[asyncio.Future[Any]] = set()
+"""Tool tasks that ignored their cancellation, kept referenced until they end."""
 
 
 def _tool_message(

@@ -108,6 +108,10 @@ class SQLiteStore:
     async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
         return await self._run(_reads.turns_in, _rules.SUSPENDED)
 
+    async def interrupted_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        # an operator's query (python -m bot turns --held): a scan, no index to keep
+        return await self._run(_reads.turns_in, _rules.INTERRUPTED)
+
     async def cancelled_suspensions(self) -> list[SessionKey]:
         return await self._run(_reads.cancelled_suspensions)
 

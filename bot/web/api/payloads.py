@@ -12,6 +12,7 @@ from agent import (
     Cancelled,
     Completed,
     Failed,
+    Interrupted,
     JsonValue,
     Message,
     Suspended,
@@ -151,4 +152,6 @@ def outcome_json(result: TurnResult) -> dict[str, Any]:
         outcome.update(status="failed", error=result.error)
     elif isinstance(result, Cancelled):
         outcome.update(status="cancelled", reason=result.reason)
+    elif isinstance(result, Interrupted):
+        outcome.update(status="interrupted", reason=result.reason, detail=result.detail)
     return outcome

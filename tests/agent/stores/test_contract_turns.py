@@ -208,6 +208,20 @@ async def test_unfinished_and_suspended_turns_are_listed_in_order_across_session
     assert [(k, r.turn_id) for k, r in await store.suspended_turns()] == [(OTHER, "u1")]
 
 
+async def test_interrupted_turns_are_listed_in_order_across_sessions_with_their_counts(
+    store: Store,
+):
+    await store.commit(KEY, Commit(turns=(record("t1", 1, "completed"),)))
+    await store.commit(OTHER, Commit(turns=(replace(record("u2", 2, "interrupted"), runs=3),)))
+    await store.commit(OTHER, Commit(turns=(record("u1", 1, "interrupted"),)))
+    await store.commit(KEY, Commit(turns=(replace(record("t2", 2, "queued"), retry_of="u2"),)))
+
+    listed = [(k, r.turn_id, r.runs) for k, r in await store.interrupted_turns()]
+    assert listed == [(OTHER, "u1", 0), (OTHER, "u2", 3)]
+    [(_, queued)] = [(k, r) for k, r in await store.unfinished_turns() if r.turn_id == "t2"]
+    assert queued.retry_of == "u2"  # kept, as every field of the record
+
+
 async def test_turn_records_upsert_and_unfinished_are_listed_in_order(store):
     def record(turn_id, seq, status):
         return TurnRecord(turn_id=turn_id, seq=seq, status=status, input=TurnInput(text="x"))

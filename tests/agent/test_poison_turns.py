@@ -1,0 +1,102 @@
+"""Issue 19, point 4: a turn whose tool kills the process is held, not resumed forever.
+
+A real child process runs a turn whose tool SIGKILLs its own process; each
+restart on the same database resumes it and dies again, until the third death
+in a row: the next start ends the turn `interrupted` (reason ``held``), tells
+its stream once (``turn.interrupted``), and the session's next turn runs. An
+operator then lists, retries or drops the held turn (``python -m bot turns``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from agent import Interrupted, SQLiteStore, ToolMessage, held_turns
+from agent.core.records import SessionKey
+from agent.models.anthropic.wire import api_messages
+from tests.agent.child_process import ChildProcess, start_children
+from tests.bot.test_cli import run_bot
+
+from .wire_checks import assert_valid_api_messages
+
+CHILD = Path(__file__).with_name("poison_child.py")
+KEY = SessionKey("a", "s-poison")
+
+
+def killed_by_its_tool(process: ChildProcess) -> None:
+    """The child printed that its tool runs, then died of its own SIGKILL."""
+    process.wait_for("EXPLODING")
+    assert process.proc.wait(timeout=30) == -signal.SIGKILL, process.explain()
+
+
+async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or_dropped(
+    tmp_path,
+):
+    db = tmp_path / "poison.db"
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        killed_by_its_tool(start("start", [db, "start"]))
+        for n in (1, 2):
+            killed_by_its_tool(start(f"recover{n}", [db, "recover"]))
+        held = start("recover3", [db, "recover"])
+        held.finish()
+        again = start("recover4", [db, "recover"])
+        again.finish()
+
+    assert not held.printed("EXPLODING")  # the fourth start did not run the tool again
+    assert json.loads(held.printed("RESULT ")[0]) == {"status": "interrupted", "after": "completed"}
+    assert held.printed("EVENT ") == ["turn.interrupted"]  # the thread is told, once
+    assert again.printed("EVENT ") == []  # and not again at the next start
+    assert not again.printed("EXPLODING")
+
+    store = await SQLiteStore.open(db)
+    state = await store.load(KEY)
+    record = state.turns["poison"]
+    assert record.status == "interrupted"
+    assert isinstance(record.result, Interrupted)
+    assert record.result.reason == "held"
+    assert "3 times in a row" in record.result.detail
+    [closed] = [m for m in state.transcript if isinstance(m, ToolMessage)]
+    assert closed.result["interrupted"] is True  # the call the process died in has a result
+    assert_valid_api_messages(api_messages(list(state.transcript)))
+    [listed] = await held_turns(store)
+    assert (listed.key, listed.record.turn_id) == (KEY, "poison")
+    await store.close()
+
+    env = {"DATABASE_URL": f"sqlite:///{db}"}
+    shown = run_bot("turns", "--held", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "a s-poison poison: the process stopped 3 times in a row" in shown.stdout
+
+    retried = run_bot("turns", "--held", "--retry", "poison", env=env)
+    assert retried.returncode == 0, retried.stderr
+    assert "queued again as poison.retry" in retried.stdout
+    assert run_bot("turns", "--held", env=env).stdout.strip() == "No held turns."
+    assert run_bot("turns", "--held", "--drop", "poison", env=env).returncode == 1
+
+    store = await SQLiteStore.open(db)
+    retry = (await store.load(KEY)).turns["poison.retry"]
+    assert (retry.status, retry.retry_of, retry.input.text) == ("queued", "poison", "go")
+    await store.close()
+    # the retry runs at the next start: the tool runs (and kills the process) again
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        killed_by_its_tool(start("retried", [db, "recover"]))
+
+
+async def test_an_operator_drops_a_held_turn(tmp_path):
+    db = tmp_path / "poison.db"
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        killed_by_its_tool(start("start", [db, "start"]))
+        for n in (1, 2):
+            killed_by_its_tool(start(f"recover{n}", [db, "recover"]))
+        start("recover3", [db, "recover"]).finish()
+
+    env = {"DATABASE_URL": f"sqlite:///{db}"}
+    dropped = run_bot("turns", "--held", "--drop", "poison", env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert "dropped" in dropped.stdout
+    assert run_bot("turns", "--held", env=env).stdout.strip() == "No held turns."
+    store = await SQLiteStore.open(db)
+    assert (await store.load(KEY)).turns["poison"].status == "interrupted"
+    await store.close()
