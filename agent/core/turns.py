@@ -212,9 +212,11 @@ class TurnRecord:
     resumes: int = 0
     """How many answers resumed it."""
     runs: int = 0
-    """Runs of the turn begun since it was admitted or last suspended; a run that ends
-    (or suspends) the turn writes its ending, so an unfinished turn found at start-up
-    with ``runs`` at `POISON_RUNS` had the process die under each of them."""
+    """Runs of the turn begun since it was admitted or last suspended, and not ended by
+    the process: a run that ends (or suspends) the turn writes its ending, and a run
+    that a clean close of the runtime stopped (a SIGTERM, a deploy) is taken back from
+    the count as the runtime closes. So an unfinished turn found at start-up with
+    ``runs`` at `POISON_RUNS` had the process die under each of them."""
     retry_of: str | None = None
     """The turn this one answers again (an operator's retry of a held turn)."""
 

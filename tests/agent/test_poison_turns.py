@@ -100,3 +100,52 @@ async def test_an_operator_drops_a_held_turn(tmp_path):
     store = await SQLiteStore.open(db)
     assert (await store.load(KEY)).turns["poison"].status == "interrupted"
     await store.close()
+
+
+STOP_CHILD = Path(__file__).with_name("stop_child.py")
+LONG = SessionKey("a", "s-long")
+
+
+def stopped_cleanly(process: ChildProcess) -> None:
+    """Stop a child in its long tool with SIGTERM, as a deploy does: it closes cleanly."""
+    process.wait_for("WAITING")
+    process.proc.send_signal(signal.SIGTERM)
+    process.finish()
+    assert process.printed("STOPPED") == [""], process.explain()
+
+
+async def long_turn(db: Path) -> tuple[str, int]:
+    store = await SQLiteStore.open(db)
+    record = (await store.load(LONG)).turns["long"]
+    await store.close()
+    return record.status, record.runs
+
+
+async def test_a_turn_stopped_cleanly_three_times_is_not_held_and_completes(tmp_path):
+    # three deploys in the middle of one long turn are no deaths of the process
+    db = tmp_path / "stop.db"
+    with start_children(ChildProcess, STOP_CHILD, tmp_path) as start:
+        stopped_cleanly(start("start", [db, "hang", "start"]))
+        assert await long_turn(db) == ("running", 0)  # the stopped run is not counted
+        for n in (1, 2):
+            stopped_cleanly(start(f"recover{n}", [db, "hang"]))
+            assert await long_turn(db) == ("running", 0)
+        done = start("recover3", [db, "finish"])
+        done.finish()
+
+    assert done.printed("RESULT ") == ["completed"], done.explain()
+    assert await long_turn(db) == ("completed", 1)
+
+
+async def test_a_clean_stop_between_deaths_neither_counts_nor_forgives_them(tmp_path):
+    db = tmp_path / "stop.db"
+    with start_children(ChildProcess, STOP_CHILD, tmp_path) as start:
+        killed_by_its_tool(start("start", [db, "kill", "start"]))
+        stopped_cleanly(start("stopped", [db, "hang"]))
+        assert await long_turn(db) == ("running", 1)  # the death stays counted
+        for n in (1, 2):
+            killed_by_its_tool(start(f"recover{n}", [db, "kill"]))
+        held = start("held", [db, "finish"])
+        held.finish()
+
+    assert held.printed("RESULT ") == ["interrupted"], held.explain()

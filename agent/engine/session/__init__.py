@@ -317,7 +317,12 @@ class AgentSession:
         await self._admission.recover_reset()
 
     async def let_go(self) -> None:
-        """Give up the session's lease as the runtime closes."""
+        """Give up the session's lease as the runtime closes.
+
+        First the runs the close stopped are taken back from their turns' counts: a
+        clean stop is no death of the process (see `TurnRecord.runs`).
+        """
+        await self._worker.take_back_runs()
         await drop_quietly(self._shared.lease)
         self._shared.lease.forget()
 

@@ -82,6 +82,7 @@ class Admission:
             caller_left = await self._cancels.commit_plan(state, plan, commit)
             if record.opening_index is not None:
                 self._shared.opened_here.add(turn_id)  # its first run is counted
+                self._shared.counted.add(turn_id)
             # If the runtime closed meanwhile, the turn is admitted all the same and runs
             # at the next start.
             with contextlib.suppress(RuntimeClosedError):

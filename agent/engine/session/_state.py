@@ -63,6 +63,9 @@ class SessionState:
         """The turn the worker is running, if any."""
         self.opened_here: set[str] = set()
         """Turns this process's admission opened (their first run counted), not run yet."""
+        self.counted: set[str] = set()
+        """Turns whose latest run this process counted in `TurnRecord.runs` and has not
+        seen end or suspend: a clean close takes each count back (it was no death)."""
         self.running: TurnRun | None = None
         """The run of the active turn, once it has begun."""
         self.waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}

@@ -9,6 +9,8 @@ until the next start: what committed stays, and the turn resumes then.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 
 from agent.core.records import Commit, StoredSession, apply_commit
@@ -193,7 +195,12 @@ class Worker:
         self._shared.running = run
         try:
             result = await run.run()
+        except asyncio.CancelledError:
+            if run.counted:
+                self._shared.counted.add(turn_id)  # the close takes it back
+            raise
         except LeaseLostError:
+            self._shared.counted.discard(turn_id)  # the process that took it on runs it
             self._stop_after_takeover(turn_id, token)
             return
         except Exception as exc:
@@ -201,9 +208,46 @@ class Worker:
             return
         finally:
             self._shared.running = None
+        self._shared.counted.discard(turn_id)
         if isinstance(result, Suspended):
             self._shared.host.schedule_expiry(self._shared.key, result)
         self._waiters.settle(turn_id, result)
+
+    async def take_back_runs(self) -> None:
+        """Take back the run counts of the turns a clean close stopped here, as it closes.
+
+        `TurnRecord.runs` counts runs begun and not ended, so that start-up holds a turn
+        the process died under `POISON_RUNS` times in a row. A run that a close stopped
+        (a SIGTERM, a deploy) is no death: one small write per such turn takes its count
+        back, while the lease still fences it. A write that is refused (the turn ended or
+        suspended in a write that landed as the close came, another process took the
+        session on, the store is gone) leaves the count as stored.
+        """
+        state = self._shared.in_memory
+        counted, self._shared.counted = self._shared.counted, set()
+        if state is None or not self._shared.lease.is_held:
+            return
+        for turn_id in sorted(counted):
+            record = state.turns.get(turn_id)
+            if record is None or not record.is_unfinished or record.runs <= 0:
+                continue
+            back = dataclasses.replace(record, runs=record.runs - 1)
+            commit = Commit(
+                turns=(back,),
+                expect=((turn_id, record.status),),
+                holder=self._shared.lease.token,
+            )
+            try:
+                await self._shared.host.store.commit(self._shared.key, commit)
+            except Exception as exc:
+                logger.info(
+                    "%s: the run of %s stopped at close stays counted (%s)",
+                    self._shared.key,
+                    turn_id,
+                    describe_error(exc),
+                )
+                continue
+            apply_commit(state, commit)
 
     def _stop_after_takeover(self, turn_id: str, token: str) -> None:
         """Stop writing, when another process took the session on while a turn ran here.

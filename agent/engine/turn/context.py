@@ -126,6 +126,30 @@ class RunContext:
         apply_commit(self.state, commit)
         self.record = self.state.turns[self.turn_id]
 
+    async def commit_through_cancel(self, commit: Commit) -> bool:
+        """Write ``commit`` and mirror it even if this run is cancelled while it waits.
+
+        For a write whose landing must be known here: one that counts a run of the
+        turn, which a clean stop of the runtime takes back (see `TurnRecord.runs`).
+
+        Returns:
+            Whether the run was cancelled meanwhile (the caller re-raises it).
+        """
+        commit = dataclasses.replace(commit, holder=self.holder)
+        writing = asyncio.ensure_future(self.store.commit(self.key, commit))
+        cancelled = False
+        while not writing.done():
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                cancelled = True
+            except Exception:
+                break
+        writing.result()  # a write that failed raises its error here
+        apply_commit(self.state, commit)
+        self.record = self.state.turns[self.turn_id]
+        return cancelled
+
     def emit(self, event_type: type[Any], **fields: Any) -> None:
         """Emit an event of this turn, numbered in the order this run emits them."""
         self._seq += 1

@@ -78,6 +78,7 @@ class TurnRun:
         is its first run, counted in the opening commit already.
         """
         self._opened_here = opened_here
+        self._counted = opened_here
         self._run = RunContext(
             agent=agent,
             store=store,
@@ -93,6 +94,15 @@ class TurnRun:
     def turn_id(self) -> str:
         """The turn this run drives."""
         return self._run.turn_id
+
+    @property
+    def counted(self) -> bool:
+        """Whether this run is counted in the turn's stored ``runs`` (see `TurnRecord.runs`).
+
+        A run stopped by a clean close of the runtime is no death of the process: the
+        runtime takes the count back (see ``Worker.take_back_runs``).
+        """
+        return self._counted
 
     def interrupt(self) -> None:
         """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
@@ -171,18 +181,22 @@ class TurnRun:
         """Write the turn's opening, or, for a replay, count the run it begins.
 
         The count is what tells a poison turn at the next start: a run that ends the
-        turn writes the ending, so a count that keeps growing means the process died
-        under each run (see `TurnRecord.runs`).
+        turn writes the ending, and a clean close takes the count of the run it stopped
+        back, so a count that keeps growing means the process died under each run (see
+        `TurnRecord.runs`).
         """
         run = self._run
         if self._is_replay():
-            counted = dataclasses.replace(run.record, runs=run.record.runs + 1)
-            await run.commit(Commit(turns=(counted,)))
-            return
-        if run.record.opening_index is not None:
+            commit = Commit(turns=(dataclasses.replace(run.record, runs=run.record.runs + 1),))
+        elif run.record.opening_index is not None:
             return  # opened by this process's admission, in the opening commit
-        _, commit = opening_commit(run.record, len(run.transcript))
-        await run.commit(commit)
+        else:
+            _, commit = opening_commit(run.record, len(run.transcript))
+        # A close that lands meanwhile must know whether the count did, to take it back.
+        cancelled = await run.commit_through_cancel(commit)
+        self._counted = True
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _hold(self) -> TurnResult:
         """End a turn the process died under `POISON_RUNS` times in a row: held, not resumed."""
