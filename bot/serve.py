@@ -286,7 +286,10 @@ async def held_turns_command(
     try:
         if retry is not None:
             new_id = await retry_held(store, retry)
-            return [f"Turn {retry} is queued again as {new_id}; it runs at the bot's next start."]
+            return [
+                f"Turn {retry} is queued again as {new_id}; a running bot runs it within "
+                "seconds, or the bot runs it at its next start."
+            ]
         if drop is not None:
             held = await drop_held(store, drop)
             return [f"Turn {drop} of {held.key} is dropped; it stays interrupted."]

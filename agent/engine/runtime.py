@@ -22,6 +22,9 @@ __all__ = ["AgentRuntime"]
 
 logger = logging.getLogger("agent")
 
+SWEEP_SECONDS = 2.0
+"""How often a runtime looks for unfinished turns another process wrote, by default."""
+
 
 class AgentRuntime:
     """Runs the turns of some agents on one session store.
@@ -45,6 +48,7 @@ class AgentRuntime:
         max_loaded_sessions: int = 1000,
         clock: Callable[[], float] = time.time,
         lease_seconds: float = LEASE_SECONDS,
+        sweep_seconds: float | None = SWEEP_SECONDS,
     ) -> None:
         """Host ``agents`` on ``store``.
 
@@ -60,6 +64,10 @@ class AgentRuntime:
                 turns stop renewing it: another process on the store (``run-schedule``
                 beside the server) waits that long for a runtime that froze. One whose
                 process exited is taken over at once.
+            sweep_seconds: How often the runtime looks in the store for unfinished turns
+                it neither runs nor queued (an operator's retry written by another
+                process, ``python -m bot turns --held --retry``; a turn whose process
+                died while this one ran) and runs them; None: only at start.
         """
         self.store = store
         self._max_loaded = max_loaded_sessions
@@ -78,6 +86,7 @@ class AgentRuntime:
         """This runtime's name in the store's session leases."""
         self.lease_seconds = lease_seconds
         self._expiries: dict[tuple[SessionKey, str], asyncio.TimerHandle] = {}
+        self._sweep_seconds = sweep_seconds
 
     def agent(self, name: str) -> Agent:
         """The agent registered under ``name``.
@@ -151,7 +160,37 @@ class AgentRuntime:
                 await _expire_quietly(self, session, suspended.turn_id, suspended.request.id)
             else:
                 self.schedule_expiry(key, suspended)
+        if self._sweep_seconds is not None:
+            _ = self.spawn(self._sweep_now_and_then(self._sweep_seconds), name="sweep")
         return recovered
+
+    async def sweep(self) -> int:
+        """Queue the unfinished turns in the store that this runtime neither runs nor queued.
+
+        Another process wrote them since this runtime started: an operator's retry of a
+        held turn, or the turns of a process that died (taken over as at start-up). A
+        session another live process holds is left to it. Returns how many turns were
+        looked at.
+        """
+        looked = 0
+        for key, record in await self.store.unfinished_turns():
+            if key.agent not in self._agents or self._is_closed:
+                continue
+            session = self.session(key.agent, key.session_id)
+            if not session.knows(record.turn_id):
+                looked += 1
+                await session.pick_up(record.turn_id)
+        return looked
+
+    async def _sweep_now_and_then(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.sweep()
+            except RuntimeClosedError:
+                return
+            except Exception:
+                logger.exception("could not look for unfinished turns; trying again")
 
     def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
         """Answer ``suspended``'s request as expired when its time comes (now, if overdue)."""

@@ -4,12 +4,14 @@ Run by ``test_poison_turns.py`` as a child process::
 
     python poison_child.py DB_PATH PHASE
 
-``PHASE`` is ``start`` (admit the turn ``poison``, then wait for it) or
+``PHASE`` is ``start`` (admit the turn ``poison``, then wait for it),
 ``recover`` (enter a fresh runtime, which resumes or holds the unfinished turn,
-then wait for it). The turn's one tool, ``explode``, SIGKILLs its own process,
-so a run of it never returns. Once the turn ended, the process asks one more
-turn of the same session (the thread is not stuck) and prints ``RESULT <json>``
-and each event of the poison turn as ``EVENT <type>``.
+then wait for it) or ``serve`` (enter a fresh runtime, run one turn of the
+session, print ``SERVING`` and keep running, as a bot does, until killed).
+The turn's one tool, ``explode``, SIGKILLs its own process, so a run of it
+never returns. Once the turn ended, the process asks one more turn of the same
+session (the thread is not stuck) and prints ``RESULT <json>`` and each
+event of the poison turn as ``EVENT <type>``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ async def main(db: str, phase: str) -> None:
     store = await SQLiteStore.open(db)
     agent = Agent(name="a", model=ScriptedModel(script), tools=[explode])
     events: list[TurnEvent] = []
+    if phase == "serve":
+        async with AgentRuntime(store, agent) as runtime:
+            session = runtime.session("a", SESSION)
+            await session.result(await session.start("hello"))  # the session is in memory
+            print("SERVING", flush=True)
+            await asyncio.Event().wait()
     async with AgentRuntime(store, agent) as runtime:
         session = runtime.session("a", SESSION)
         await session.observe(events.append, turn_id=TURN_ID)

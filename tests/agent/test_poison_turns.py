@@ -13,9 +13,24 @@ import json
 import signal
 from pathlib import Path
 
-from agent import Interrupted, SQLiteStore, ToolMessage, held_turns
-from agent.core.records import SessionKey
+import pytest
+
+from agent import (
+    Agent,
+    AgentRuntime,
+    Completed,
+    ConflictError,
+    Interrupted,
+    SQLiteStore,
+    ToolMessage,
+    UnknownTurnError,
+    held_turns,
+)
+from agent.core.messages import UserMessage
+from agent.core.records import Commit, SessionKey, StoredMessage
+from agent.core.turns import POISON_RUNS, TurnInput, TurnRecord
 from agent.models.anthropic.wire import api_messages
+from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import ChildProcess, start_children
 from tests.bot.test_cli import run_bot
 
@@ -84,6 +99,33 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
         killed_by_its_tool(start("retried", [db, "recover"]))
 
 
+async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(tmp_path):
+    db = tmp_path / "poison.db"
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        killed_by_its_tool(start("start", [db, "start"]))
+        for n in (1, 2):
+            killed_by_its_tool(start(f"recover{n}", [db, "recover"]))
+        start("recover3", [db, "recover"]).finish()
+        serving = start("serving", [db, "serve"])  # a bot that keeps running
+        serving.wait_for("SERVING")
+
+        env = {"DATABASE_URL": f"sqlite:///{db}"}
+        retried = run_bot("turns", "--held", "--retry", "poison", env=env)
+        assert retried.returncode == 0, retried.stderr
+        assert "queued again as poison.retry" in retried.stdout
+        # the running process finds the retry and runs it: its tool kills the process
+        killed_by_its_tool(serving)
+
+    store = await SQLiteStore.open(db)
+    state = await store.load(KEY)
+    await store.close()
+    retry = state.turns["poison.retry"]
+    assert (retry.status, retry.retry_of, retry.runs) == ("running", "poison", 1)
+    # the serving process's own turn and the retry were numbered apart: it read the
+    # session again before it wrote, though it had it in memory
+    assert sorted(t.seq for t in state.turns.values()) == [1, 2, 3, 4]
+
+
 async def test_an_operator_drops_a_held_turn(tmp_path):
     db = tmp_path / "poison.db"
     with start_children(ChildProcess, CHILD, tmp_path) as start:
@@ -149,3 +191,41 @@ async def test_a_clean_stop_between_deaths_neither_counts_nor_forgives_them(tmp_
         held.finish()
 
     assert held.printed("RESULT ") == ["interrupted"], held.explain()
+
+
+async def test_a_held_turn_is_retried_through_the_live_session(tmp_path):
+    store = await SQLiteStore.open(tmp_path / "live.db")
+    key = SessionKey("a", "s")
+    # what a process that died under the turn's every allowed run left behind
+    died = TurnRecord(
+        turn_id="t",
+        seq=1,
+        status="running",
+        input=TurnInput(text="hi"),
+        opening_index=0,
+        runs=POISON_RUNS,
+    )
+    opening = StoredMessage(0, UserMessage(turn_id="t", text="hi"))
+    await store.commit(key, Commit(messages=(opening,), turns=(died,), status="running"))
+    agent = Agent(name="a", model=ScriptedModel(lambda request: reply(f"re {request.turn_id}")))
+    async with AgentRuntime(store, agent, sweep_seconds=None) as runtime:
+        session = runtime.session("a", "s")
+        assert isinstance(await session.result("t"), Interrupted)
+
+        first = await session.retry("t")  # runs now: no restart, no sweep
+        done = await session.result(first)
+        assert isinstance(done, Completed)
+        assert done.text == "re t.retry"
+        assert await held_turns(store) == []  # the retry decided the hold
+        second = await session.retry("t")  # twice: two linked retries
+        assert isinstance(await session.result(second), Completed)
+
+        turns = {t.turn_id: t for t in await session.turns()}
+        assert (first, second) == ("t.retry", "t.retry'")
+        assert [turns[first].retry_of, turns[second].retry_of] == ["t", "t"]
+        assert turns[first].input.text == turns[second].input.text == "hi"
+        with pytest.raises(ConflictError, match="only an interrupted turn"):
+            await session.retry(first)  # a completed turn
+        with pytest.raises(UnknownTurnError):
+            await session.retry("nope")
+    await store.close()

@@ -234,10 +234,14 @@ class WatchedStore(MemoryStore):
             self._records[key, written.turn_id] = written
             if before is None and written.status == "queued":
                 continue  # admitted, not moved
-            if previous is not None and written == dataclasses.replace(
-                previous, runs=previous.runs + 1
+            if (
+                previous is not None
+                and abs(written.runs - previous.runs) == 1
+                and written == dataclasses.replace(previous, runs=written.runs)
             ):
-                continue  # a replay counts the run it begins: no status change
+                # a replay counts the run it begins, a clean close takes the count of the
+                # run it stopped back: no status change
+                continue
             assert before != written.status, f"{written.turn_id} rewritten as {before}"
             assert any(written is made for made in self._made), (
                 f"{written.turn_id}: {before} -> {written.status} did not go through moved()"

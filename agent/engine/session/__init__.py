@@ -148,6 +148,25 @@ class AgentSession:
 
     # -- cancel and reset ------------------------------------------------------
 
+    async def retry(self, turn_id: str) -> str:
+        """Admit an interrupted turn's input again as a new turn; return the new turn's id.
+
+        The new turn (``<turn id>.retry``, one ``'`` more for each earlier retry) queues
+        behind the session's unfinished turns and runs at once when none is ahead; its
+        record's ``retry_of`` names ``turn_id``. Retrying a held turn decides its hold
+        (`held_turns` stops listing it); retrying twice makes two linked retries. Mind
+        that the interrupted turn may have done any part of its work.
+
+        For now only an interrupted turn (one the poison-turn hold stopped) can be
+        retried; failed and cancelled turns are to follow.
+
+        Raises:
+            UnknownTurnError: The session has no such turn.
+            ConflictError: The turn is not interrupted.
+            SessionSuspendedError: The session waits for a person's answer.
+        """
+        return await self._admission.retry(turn_id)
+
     async def cancel(self, turn_id: str, reason: str = "requested") -> bool:
         """Cancel a turn: it stops at its next checkpoint boundary and ends ``cancelled``.
 
@@ -307,6 +326,15 @@ class AgentSession:
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
         await self._admission.recover(turn_id)
+
+    def knows(self, turn_id: str) -> bool:
+        """Whether this process runs or queued ``turn_id``, or halted the session."""
+        shared = self._shared
+        return shared.halted is not None or turn_id == shared.active or turn_id in shared.queue
+
+    async def pick_up(self, turn_id: str) -> None:
+        """Queue an unfinished turn another process wrote meanwhile (the runtime's sweep)."""
+        await self._admission.pick_up(turn_id)
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""

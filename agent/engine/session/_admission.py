@@ -5,8 +5,10 @@ session already has is a redelivery (an unfinished turn is replayed, an ended
 or suspended one left as it is); a new turn is refused while the session is
 suspended on a person's answer, queues behind the turns still unfinished on
 disk, and with ``replace`` cancels the unfinished turns in the write that admits
-it. When nothing is ahead of it, the same write opens it. Start-up recovery
-admits what a stopped process left unfinished.
+it. When nothing is ahead of it, the same write opens it. A retry admits an
+interrupted turn's input again. Start-up recovery, and the runtime's sweep,
+admit what another process (a stopped one, or the operator's command) left
+unfinished.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import uuid
 
 from agent.core.records import Commit
 from agent.core.turns import TurnInput, TurnRecord
+from agent.engine.holds import is_undecided_hold, retry_commit
 from agent.engine.session._cancel import CancelPlan, Cancels
 from agent.engine.session._state import SessionState, is_held_by_suspend, unfinished_turns
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
 from agent.engine.turn.commits import opening_commit
-from agent.errors import RuntimeClosedError, UnknownTurnError
+from agent.errors import ConflictError, RuntimeClosedError, UnknownTurnError
 
 __all__ = ["Admission"]
 
@@ -92,6 +95,52 @@ class Admission:
                 # is admitted and runs anyway; only the caller's cancellation goes on.
                 raise asyncio.CancelledError
         return turn_id
+
+    async def retry(self, turn_id: str) -> str:
+        """Admit an interrupted turn's input again as a new turn; see `AgentSession.retry`."""
+        self._shared.host.check_open()
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            record = state.turns.get(turn_id)
+            if record is None:
+                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            if record.status != "interrupted":
+                raise ConflictError(
+                    f"{self._shared.key}: turn {turn_id} is {record.status}; "
+                    "only an interrupted turn can be retried"
+                )
+            self._shared.refuse_if_halted()
+            if is_held_by_suspend(state):
+                raise self._shared.suspended_error(state)
+            if not self._shared.queued_unfinished:
+                self._worker.queue_unfinished_turns(state)
+            steps = await self._shared.host.store.load_steps(self._shared.key, turn_id)
+            new_id, commit = retry_commit(
+                state, record, decides_hold=is_undecided_hold(record, steps)
+            )
+            caller_left = await self._cancels.commit_plan(state, CancelPlan(), commit)
+            with contextlib.suppress(RuntimeClosedError):
+                self._worker.enqueue(new_id)
+            if caller_left:
+                raise asyncio.CancelledError  # admitted all the same, as in `start`
+        return new_id
+
+    async def pick_up(self, turn_id: str) -> None:
+        """Queue an unfinished turn that another process wrote (the runtime's sweep).
+
+        Another live process that holds the session runs its turns itself: nothing is
+        done then. Otherwise the lease comes from whoever wrote last, so the session is
+        read again and every unfinished turn in it is queued here.
+        """
+        async with self._writer.locked_and_leased(wait=False) as held:
+            if not held or self._shared.halted is not None:
+                return
+            state = await self._shared.loaded()
+            if turn_id not in state.turns:
+                state = await self._shared.reread_unless_busy()  # written without a lease
+            record = state.turns.get(turn_id)
+            if record is not None:
+                self._worker.queue_if_unfinished(record)
 
     async def recover(self, turn_id: str) -> None:
         """Queue an unfinished turn found in the store (start-up recovery)."""
