@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import json
 from typing import Any, TypeVar
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["MAX_DEPTH", "MalformedBody", "check_body", "check_payload", "check_socket_payload"]
+__all__ = [
+    "MAX_DEPTH",
+    "MalformedBody",
+    "check_body",
+    "check_payload",
+    "check_socket_payload",
+    "command_fields",
+]
 
 Object = dict[str, Any]
 
@@ -129,12 +136,8 @@ def check_body(body: str, content_type: str) -> None:
     """
     if not body:
         raise MalformedBody("the body is empty")
-    # read as Bolt reads it (``slack_bolt.request.internals.parse_body``)
-    if content_type != "application/json" and not body.startswith("{"):
-        try:
-            form = parse_qs(body, strict_parsing=True)
-        except ValueError:
-            raise MalformedBody("the form cannot be read") from None
+    form = _form(body, content_type)
+    if form is not None:
         payloads = form.get("payload")
         if payloads is None:
             return  # a slash command: Bolt reads its fields as strings
@@ -148,6 +151,36 @@ def check_body(body: str, content_type: str) -> None:
     except ValueError:
         raise MalformedBody("the body is not JSON") from None
     check_payload(found)
+
+
+def command_fields(body: str, content_type: str) -> dict[str, str] | None:
+    """A slash command's fields, if ``body`` (checked by `check_body`) is a slash command's form.
+
+    Bolt must be given them read here: its ``parse_body`` takes any form whose text
+    contains ``payload`` for interactivity, and reads a command such as
+    ``/agent-policy show payload`` as ``{}``. A form is interactivity only when it
+    has a ``payload`` field; a slash command's text is percent-encoded in its
+    ``text`` field, so it cannot add one.
+    """
+    form = _form(body, content_type)
+    if form is None or "payload" in form:
+        return None
+    return dict(parse_qsl(body, keep_blank_values=True))  # as Bolt reads a form: the last wins
+
+
+def _form(body: str, content_type: str) -> dict[str, list[str]] | None:
+    """The fields of a form body, or None for JSON, as Bolt tells them apart.
+
+    Raises:
+        MalformedBody: A form that cannot be read.
+    """
+    # as in ``slack_bolt.request.internals.parse_body``
+    if content_type == "application/json" or body.startswith("{"):
+        return None
+    try:
+        return parse_qs(body, strict_parsing=True)
+    except ValueError:
+        raise MalformedBody("the form cannot be read") from None
 
 
 def check_payload(found: object) -> None:

@@ -263,6 +263,33 @@ async def test_an_unknown_slash_command_is_acked(bot: Bot):
     assert (await post(bot, body, headers))[0] == 200
 
 
+@pytest.mark.parametrize("text", ["show payload", "payload", "", "set x"])
+async def test_the_policy_command_is_answered_whatever_its_text_says(bot: Bot, text: str):
+    # the form of docs.slack.dev/interactivity/implementing-slash-commands, for this command
+    body = urlencode(
+        {
+            "token": "gIkuvaNzQIHg97ATvDxqgjtO",
+            "team_id": bot.slack.team_id,
+            "team_domain": "example",
+            "enterprise_id": "E0001",
+            "enterprise_name": "Globular Construct Inc",
+            "channel_id": bot.slack.channel_id,
+            "channel_name": "test",
+            "user_id": "U0ALICE",
+            "user_name": "Steve",
+            "command": "/agent-policy",
+            "text": text,
+            "response_url": "https://hooks.slack.com/commands/1234/5678",
+            "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+            "api_app_id": bot.slack.app_id,
+        }
+    )
+    headers = bot.signed(body) | {"Content-Type": "application/x-www-form-urlencoded"}
+
+    # Bolt read a form saying "payload" anywhere as a click's, {}, and acked it unhandled
+    assert await post(bot, body, headers) == (200, NO_POLICIES)
+
+
 # -- messages that are not a person's ------------------------------------------------------
 
 
