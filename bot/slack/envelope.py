@@ -12,12 +12,19 @@ docs) passes.
 from __future__ import annotations
 
 import json
-from typing import Any
-from urllib.parse import parse_qs
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, parse_qsl
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["MAX_DEPTH", "MalformedBody", "check_body", "check_payload"]
+__all__ = [
+    "MAX_DEPTH",
+    "MalformedBody",
+    "check_body",
+    "check_payload",
+    "check_socket_payload",
+    "command_fields",
+]
 
 Object = dict[str, Any]
 
@@ -27,6 +34,9 @@ MAX_DEPTH = 64
 
 class _Shape(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
+
+
+_S = TypeVar("_S", bound=_Shape)
 
 
 class _Id(_Shape):
@@ -101,6 +111,16 @@ class _Envelope(_Addressed):
     actions: list[_Action] | None = None
 
 
+class _Command(_Addressed):
+    """A slash command: over HTTP a plain form; over Socket Mode the same fields as an object."""
+
+    command: str
+    text: str | None = None
+    api_app_id: str | None = None
+    response_url: str | None = None
+    trigger_id: str | None = None
+
+
 class MalformedBody(ValueError):
     """A signed body that is not what Slack sends; its message says what is wrong."""
 
@@ -116,12 +136,8 @@ def check_body(body: str, content_type: str) -> None:
     """
     if not body:
         raise MalformedBody("the body is empty")
-    # read as Bolt reads it (``slack_bolt.request.internals.parse_body``)
-    if content_type != "application/json" and not body.startswith("{"):
-        try:
-            form = parse_qs(body, strict_parsing=True)
-        except ValueError:
-            raise MalformedBody("the form cannot be read") from None
+    form = _form(body, content_type)
+    if form is not None:
         payloads = form.get("payload")
         if payloads is None:
             return  # a slash command: Bolt reads its fields as strings
@@ -137,6 +153,36 @@ def check_body(body: str, content_type: str) -> None:
     check_payload(found)
 
 
+def command_fields(body: str, content_type: str) -> dict[str, str] | None:
+    """A slash command's fields, if ``body`` (checked by `check_body`) is a slash command's form.
+
+    Bolt must be given them read here: its ``parse_body`` takes any form whose text
+    contains ``payload`` for interactivity, and reads a command such as
+    ``/agent-policy show payload`` as ``{}``. A form is interactivity only when it
+    has a ``payload`` field; a slash command's text is percent-encoded in its
+    ``text`` field, so it cannot add one.
+    """
+    form = _form(body, content_type)
+    if form is None or "payload" in form:
+        return None
+    return dict(parse_qsl(body, keep_blank_values=True))  # as Bolt reads a form: the last wins
+
+
+def _form(body: str, content_type: str) -> dict[str, list[str]] | None:
+    """The fields of a form body, or None for JSON, as Bolt tells them apart.
+
+    Raises:
+        MalformedBody: A form that cannot be read.
+    """
+    # as in ``slack_bolt.request.internals.parse_body``
+    if content_type == "application/json" or body.startswith("{"):
+        return None
+    try:
+        return parse_qs(body, strict_parsing=True)
+    except ValueError:
+        raise MalformedBody("the form cannot be read") from None
+
+
 def check_payload(found: object) -> None:
     """Check a parsed payload (an HTTP body's, or a Socket Mode envelope's) before Bolt reads it.
 
@@ -144,19 +190,48 @@ def check_payload(found: object) -> None:
         MalformedBody: It is not an object, nests too deep, or a field Bolt reads is
             missing or has the wrong type.
     """
+    envelope = _validate(_Envelope, found)
+    missing = _missing(envelope)
+    if missing:
+        raise MalformedBody(f"missing {missing}")
+
+
+def check_socket_payload(kind: str, payload: object) -> None:
+    """Check a Socket Mode envelope's payload before Bolt reads it.
+
+    A ``slash_commands`` envelope carries the command's fields as an object (what
+    HTTP posts as a form); ``events_api`` and ``interactive`` carry what HTTP posts
+    as JSON or as the ``payload`` field (docs.slack.dev/apis/events-api/using-socket-mode).
+
+    Raises:
+        MalformedBody: As `check_payload` says; a command without a ``command``, or
+            a field Bolt reads of the wrong type.
+    """
+    if kind != "slash_commands":
+        check_payload(payload)
+        return
+    _validate(_Command, payload)
+
+
+def _validate(shape: type[_S], found: object) -> _S:
+    """``found`` read as ``shape``: an object, not too deep, the fields Bolt reads as they must be.
+
+    What is missing or of the wrong type is named, by field.
+    """
     if not isinstance(found, dict):
         raise MalformedBody("the body is not a JSON object")
     if _depth(found) > MAX_DEPTH:
         raise MalformedBody(f"nested deeper than {MAX_DEPTH}")
     try:
-        envelope = _Envelope.model_validate(found)
+        return shape.model_validate(found)
     except ValidationError as exc:
         # name the fields only: pydantic's own text quotes the values
-        fields = sorted({_field(e["loc"]) for e in exc.errors()})
-        raise MalformedBody(f"unexpected {', '.join(fields)}") from None
-    missing = _missing(envelope)
-    if missing:
-        raise MalformedBody(f"missing {missing}")
+        errors = exc.errors()
+        absent = sorted({_field(e["loc"]) for e in errors if e["type"] == "missing"})
+        wrong = sorted({_field(e["loc"]) for e in errors if e["type"] != "missing"})
+        said = [f"missing {', '.join(absent)}"] if absent else []
+        said += [f"unexpected {', '.join(wrong)}"] if wrong else []
+        raise MalformedBody("; ".join(said)) from None
 
 
 def _missing(envelope: _Envelope) -> str | None:

@@ -10,10 +10,12 @@ resume, replies included, at the next start. `bot.serve` puts these together.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -23,12 +25,16 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import AgentRuntime, ConfigError
 from bot.policies import PolicyBook
 from bot.settings import Settings
 from bot.slack.channel import SlackChannel
+from bot.slack.envelope import MalformedBody, check_socket_payload
 
 __all__ = [
     "REPEATABLE",
@@ -42,6 +48,8 @@ __all__ = [
     "socket_mode",
     "who_am_i",
 ]
+
+logger = logging.getLogger("bot.slack")
 
 SHUTDOWN_GRACE_SECONDS = 5.0
 """How long replies in flight get after SIGTERM; the whole stop stays under 10 s."""
@@ -194,6 +202,29 @@ async def showing(channel: SlackChannel) -> AsyncIterator[SlackChannel]:
         channel.close()
 
 
+class CheckedSocketModeHandler(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, which first checks each payload as HTTP bodies are checked.
+
+    Bolt indexes a payload without looking, and answers one of the wrong shape
+    with a 500, which is never acknowledged: Slack sends it again, up to three
+    times, and each time a traceback is logged. Such a payload is acknowledged
+    here, and dropped with a warning that says what is wrong, before Bolt reads it.
+    """
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        try:
+            check_socket_payload(req.type, req.payload)
+        except MalformedBody as exc:
+            logger.warning(
+                "a Socket Mode %s envelope Slack does not send was acked and dropped: %s",
+                str(req.type)[:40],
+                exc,
+            )
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        await super().handle(client, req)
+
+
 @contextlib.asynccontextmanager
 async def socket_mode(
     bolt: AsyncApp, client: AsyncWebClient, app_token: str
@@ -203,8 +234,6 @@ async def socket_mode(
     Raises:
         ConfigError: Slack refused the app token.
     """
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
     # slack_sdk would retry a refused token forever: ask once here, and say what is wrong
     try:
         await client.apps_connections_open(app_token=app_token)
@@ -213,7 +242,7 @@ async def socket_mode(
             f"Slack refused SLACK_APP_TOKEN ({exc.response.get('error')}); create an "
             "app-level token with connections:write under Basic Information"
         ) from None
-    handler = AsyncSocketModeHandler(bolt, app_token)
+    handler = CheckedSocketModeHandler(bolt, app_token)
     await handler.connect_async()  # type: ignore[no-untyped-call]
     print("Connected to Slack in Socket Mode.", flush=True)
     try:

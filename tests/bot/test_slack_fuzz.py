@@ -7,15 +7,18 @@ and posts it to the real aiohttp server and Bolt app (built as in
 4xx; none may start a turn (none is a person's message for the bot: no
 ``app_mention``, no direct message, no mention of the bot); nothing may be
 logged as an error; and afterwards the app still answers a real mention.
-Derandomized, so every run tries the same bodies.
+Derandomized, so every run tries the same bodies. The same payloads come over
+Socket Mode too, where each envelope must be acknowledged (Slack sends an
+unacknowledged one again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -24,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.bot.slack_harness import Bot, running_bot
+from tests.bot.slack_harness import SECRET, Bot, running_bot
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 json_values = st.recursive(
@@ -123,6 +126,32 @@ requests = (
     | commands.map(lambda c: (urlencode(c), "form"))
 )
 
+socket_requests = st.tuples(st.sampled_from(["events_api", "interactive"]), payloads) | st.tuples(
+    st.just("slash_commands"),
+    commands
+    | shaped(
+        {
+            "command": st.just("/agent-policy"),
+            "text": st.text(max_size=12),
+            "response_url": ids,
+            **addressed,
+        }
+    ),
+)
+"""Socket Mode envelopes: over the socket a slash command's fields come as an object, any JSON."""
+
+EXAMPLES = settings(
+    max_examples=250,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[asyncio.Runner, Bot]]:
@@ -145,17 +174,7 @@ async def post(bot: Bot, body: str, content_type: str) -> int:
         return response.status
 
 
-@settings(
-    max_examples=250,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@EXAMPLES
 @given(request=requests)
 def test_any_signed_body_gets_a_2xx_or_a_4xx_and_starts_nothing(
     served: tuple[asyncio.Runner, Bot],
@@ -171,6 +190,51 @@ def test_any_signed_body_gets_a_2xx_or_a_4xx_and_starts_nothing(
     assert 200 <= status < 500, body
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], body
     assert not bot.model.requests, body
+
+
+@contextlib.asynccontextmanager
+async def over_the_socket(tmp_path: Path) -> AsyncIterator[Bot]:
+    from bot.slack.app import bolt_app
+    from bot.slack.run import socket_mode
+
+    async with running_bot(tmp_path) as bot:
+        bolt = bolt_app(bot.channel, bot.client, SECRET)
+        async with socket_mode(bolt, bot.client, bot.slack.app_token):
+            yield bot
+
+
+@pytest.fixture
+def socket_served(tmp_path: Path) -> Iterator[tuple[asyncio.Runner, Bot]]:
+    """The app in Socket Mode, on one event loop that every example's envelope runs on."""
+    with asyncio.Runner() as runner:
+        serving = over_the_socket(tmp_path)
+        bot = runner.run(serving.__aenter__())
+        try:
+            yield runner, bot
+        finally:
+            runner.run(serving.__aexit__(None, None, None))
+
+
+async def push(bot: Bot, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    sockets = bot.slack.socket_mode
+    return await sockets.ack_of(await sockets.push(kind, payload))
+
+
+@EXAMPLES
+@given(envelope=socket_requests)
+def test_any_socket_mode_payload_is_acked_and_starts_nothing(
+    socket_served: tuple[asyncio.Runner, Bot],
+    caplog: pytest.LogCaptureFixture,
+    envelope: tuple[str, dict[str, Any]],
+):
+    runner, bot = socket_served
+    caplog.set_level(logging.INFO)
+    kind, payload = envelope
+
+    runner.run(push(bot, kind, payload))  # raises unless acked within Slack's 3 s
+
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], payload
+    assert not bot.model.requests, payload
 
 
 def test_after_any_body_the_app_still_answers(served: tuple[asyncio.Runner, Bot]):

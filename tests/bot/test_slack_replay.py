@@ -1,10 +1,12 @@
 """Real Slack payloads, replayed signed to the real app: all acked, only a person's makes a turn.
 
 The corpus (``tests/bot/slack_payloads``) is copied from the public test suites
-of Slack's own SDKs; each file names its origin (repository, path, commit and
-the variable it was assigned to). ``_as`` says how Slack posts it: ``json``
-(Events API), ``form`` (interactivity: a ``payload`` form field) or ``command``
-(a slash command's plain form).
+of Slack's own SDKs (bolt-python, python-slack-sdk: each file names the
+repository, path, commit and the variable it was assigned to) and from the
+examples of Slack's docs (each names the page's URL). ``_as`` says how Slack
+sends it: ``json`` (Events API), ``form`` (interactivity: a ``payload`` form
+field), ``command`` (a slash command's plain form), or ``socket`` (a whole
+Socket Mode envelope, sent down the socket and to be acknowledged).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.bot.slack_harness import WAIT, Bot
+from tests.bot.slack_harness import SECRET, WAIT, Bot
 
 CORPUS = Path(__file__).parent / "slack_payloads"
 FILES = sorted(CORPUS.glob("*.json"))
@@ -28,6 +30,13 @@ TURNS = {
     "app_bot_only__app_mention_body.json",
     "events_request_verification__app_mention_body.json",
     "events_say_stream__org_app_mention_event_body.json",
+    "events_shared_channels__valid_event_body.json",
+    # a person's direct message to the bot (in an assistant thread, or not)
+    "events_assistant__user_message_event_body.json",
+    "events_assistant__user_message_event_body_with_action_token.json",
+    "events_assistant__user_message_event_body_with_assistant_thread.json",
+    # the same, over Socket Mode
+    "sdk_socket_mode_server__socket_mode_envelopes_events_api_app_mention.json",
 }
 """The payloads that start a turn; every other one is acked and starts nothing."""
 
@@ -38,19 +47,25 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def test_every_payload_names_its_origin():
-    assert len(FILES) >= 30
+    assert len(FILES) >= 80
     for path in FILES:
         origin = load(path)["_origin"]
-        assert origin["repository"], path.name
-        assert origin["path"], path.name
-        assert len(origin["commit"]) == 40, path.name
-        assert load(path)["_as"] in ("json", "form", "command"), path.name
+        if "url" in origin:  # an example of Slack's docs
+            assert origin["url"].startswith(("https://docs.slack.dev/", "https://api.slack.com/"))
+        else:
+            assert origin["repository"], path.name
+            assert origin["path"], path.name
+            assert len(origin["commit"]) == 40, path.name
+        assert load(path)["_as"] in ("json", "form", "command", "socket"), path.name
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_a_real_payload_is_acked_and_does_what_it_should(bot: Bot, path: Path):
     recorded = load(path)
     payload, kind = recorded["payload"], recorded["_as"]
+    if kind == "socket":
+        await replayed_over_the_socket(bot, path, payload)
+        return
     if kind == "json":
         body, content_type = json.dumps(payload), "application/json"
     elif kind == "form":
@@ -67,6 +82,23 @@ async def test_a_real_payload_is_acked_and_does_what_it_should(bot: Bot, path: P
     assert status == 200, answer
     if payload.get("type") == "url_verification":
         assert json.loads(answer) == {"challenge": payload["challenge"]}
+    await started_what_it_should(bot, path, payload)
+
+
+async def replayed_over_the_socket(bot: Bot, path: Path, envelope: dict[str, Any]) -> None:
+    from bot.slack.app import bolt_app
+    from bot.slack.run import socket_mode
+
+    sockets = bot.slack.socket_mode
+    async with socket_mode(
+        bolt_app(bot.channel, bot.client, SECRET), bot.client, bot.slack.app_token
+    ):
+        ack = await sockets.ack_of(await sockets.send(envelope))  # Slack resends what is not
+        assert ack["envelope_id"] == envelope["envelope_id"]
+        await started_what_it_should(bot, path, envelope["payload"])
+
+
+async def started_what_it_should(bot: Bot, path: Path, payload: dict[str, Any]) -> None:
     if path.name in TURNS:
         await until(lambda: bool(bot.model.requests))
         [asked] = bot.model.requests

@@ -8,17 +8,21 @@ real Slack sends and retries when it is not acknowledged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
+from bot.texts import NO_POLICIES
 from tests.bot.slack_harness import SECRET, Bot
+from tests.fakes.slack_socket import SocketMode
 
 EVENTS = "/slack/events"
 
@@ -259,6 +263,33 @@ async def test_an_unknown_slash_command_is_acked(bot: Bot):
     assert (await post(bot, body, headers))[0] == 200
 
 
+@pytest.mark.parametrize("text", ["show payload", "payload", "", "set x"])
+async def test_the_policy_command_is_answered_whatever_its_text_says(bot: Bot, text: str):
+    # the form of docs.slack.dev/interactivity/implementing-slash-commands, for this command
+    body = urlencode(
+        {
+            "token": "gIkuvaNzQIHg97ATvDxqgjtO",
+            "team_id": bot.slack.team_id,
+            "team_domain": "example",
+            "enterprise_id": "E0001",
+            "enterprise_name": "Globular Construct Inc",
+            "channel_id": bot.slack.channel_id,
+            "channel_name": "test",
+            "user_id": "U0ALICE",
+            "user_name": "Steve",
+            "command": "/agent-policy",
+            "text": text,
+            "response_url": "https://hooks.slack.com/commands/1234/5678",
+            "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+            "api_app_id": bot.slack.app_id,
+        }
+    )
+    headers = bot.signed(body) | {"Content-Type": "application/x-www-form-urlencoded"}
+
+    # Bolt read a form saying "payload" anywhere as a click's, {}, and acked it unhandled
+    assert await post(bot, body, headers) == (200, NO_POLICIES)
+
+
 # -- messages that are not a person's ------------------------------------------------------
 
 
@@ -292,14 +323,20 @@ async def test_a_message_with_a_lone_surrogate_is_answered_with_it_replaced(bot:
 # -- Socket Mode ---------------------------------------------------------------------------
 
 
-async def test_in_socket_mode_a_malformed_envelope_leaves_the_socket_serving(bot: Bot):
+@contextlib.asynccontextmanager
+async def over_the_socket(bot: Bot) -> AsyncIterator[SocketMode]:
+    """The bot's Bolt app, taking Slack's envelopes over Socket Mode while the block runs."""
     from bot.slack.app import bolt_app
     from bot.slack.run import socket_mode
 
-    sockets = bot.slack.socket_mode
     async with socket_mode(
         bolt_app(bot.channel, bot.client, SECRET), bot.client, bot.slack.app_token
     ):
+        yield bot.slack.socket_mode
+
+
+async def test_in_socket_mode_a_malformed_envelope_leaves_the_socket_serving(bot: Bot):
+    async with over_the_socket(bot) as sockets:
         socket = await sockets._connection()
         await socket.send_str("not json")  # each of these once killed nothing but itself
         await socket.send_json({"type": "events_api", "envelope_id": "e-1", "payload": [1]})
@@ -314,5 +351,70 @@ async def test_in_socket_mode_a_malformed_envelope_leaves_the_socket_serving(bot
         assert await sockets.ack_of(good) == {"envelope_id": good}
         assert await sockets.ack_of(unhandled) == {"envelope_id": unhandled}  # was a 404: none
         assert await bot.replies_in(ts) == ["you said: over the socket"]
-        assert broken not in sockets.acks  # refused: Bolt's 500 is not acked
+        assert await sockets.ack_of(broken) == {"envelope_id": broken}  # was a 500: none
         assert sockets.connections == 1
+
+
+SOCKET_MALFORMED: dict[str, tuple[str, dict[str, Any], str]] = {
+    **{
+        case: ("interactive", payload, f"missing {named}")
+        for case, (payload, named) in MISSING.items()
+    },
+    "an event whose user is a number": (
+        "events_api",
+        {"type": "event_callback", "event": {"type": "message", "user": 5}},
+        "unexpected event.user",
+    ),
+    "a payload with no type": ("events_api", {"event": {"type": "message"}}, "missing type"),
+    "a payload that is text": ("interactive", "just text", "missing type"),  # type: ignore[dict-item]
+    "a slash command with no command": ("slash_commands", {"text": "x"}, "missing command"),
+    "a slash command whose command is a list": (
+        "slash_commands",
+        {"command": ["/agent-policy"], "user_id": "U0ALICE"},
+        "unexpected command",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SOCKET_MALFORMED)
+async def test_in_socket_mode_a_payload_slack_does_not_send_is_acked_and_dropped_with_a_warning(
+    bot: Bot, case: str, caplog: pytest.LogCaptureFixture
+):
+    kind, payload, named = SOCKET_MALFORMED[case]
+    async with over_the_socket(bot) as sockets:
+        envelope_id = await sockets.push(kind, payload)
+
+        # acked: a 500 is not, so Slack would send it again, up to three times
+        assert await sockets.ack_of(envelope_id) == {"envelope_id": envelope_id}
+        [warned] = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert warned.name == "bot.slack"
+        assert warned.getMessage().endswith(named)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        ts = bot.slack.post_user_message(bot.slack.channel_id, "<@U0BOT> still there?")
+        await sockets.push("events_api", bot.envelope("app_mention", "<@U0BOT> still there?", ts))
+        assert await bot.replies_in(ts) == ["you said: still there?"]
+    assert len(bot.model.requests) == 1  # the mention's: the dropped payload started nothing
+
+
+async def test_in_socket_mode_the_policy_command_is_answered_over_the_socket(bot: Bot):
+    # the slash_commands envelope of docs.slack.dev/apis/events-api/using-socket-mode
+    command = {
+        "token": "bHKJ2n9AW6Ju3MjciOHfbA1b",
+        "team_id": bot.slack.team_id,
+        "team_domain": "example",
+        "channel_id": bot.slack.channel_id,
+        "channel_name": "general",
+        "user_id": "U0ALICE",
+        "user_name": "alice",
+        "command": "/agent-policy",
+        "text": "show payload",
+        "api_app_id": bot.slack.app_id,
+        "response_url": "https://hooks.slack.com/commands/T0/1/x",
+        "trigger_id": "1.2.3",
+    }
+    async with over_the_socket(bot) as sockets:
+        envelope_id = await sockets.push("slash_commands", command)
+
+        ack = await sockets.ack_of(envelope_id)
+
+    assert ack == {"envelope_id": envelope_id, "payload": {"text": NO_POLICIES}}

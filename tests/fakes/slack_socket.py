@@ -62,6 +62,12 @@ class SocketMode:
         )
         return envelope_id
 
+    async def send(self, envelope: Json) -> str:
+        """Send a recorded envelope as it is down the newest open connection; returns its id."""
+        socket = await self._connection()
+        await socket.send_json(envelope)
+        return str(envelope["envelope_id"])
+
     async def ack_of(self, envelope_id: str, *, within: float = 3.0) -> Json:
         """The acknowledgement of an envelope; Slack gives up (and retries) after 3 s."""
         deadline = time.monotonic() + within
