@@ -54,3 +54,20 @@ async def test_an_approved_post_whose_connection_dropped_is_posted_once_and_the_
     session = bot.runtime.session("bot", f"slack:T0TEAM:{bot.slack.channel_id}:{ts}")
     [turn] = [t for t in await session.turns() if t.turn_id.endswith(ts)]
     assert turn.status == "completed"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bot/slack/reply.py: a stream lost to a dropped append is stopped without its tag"
+    " (_lose_stream), and _finish with nothing more to write never tags it",
+)
+@pytest.mark.parametrize("applied", [True, False], ids=["after", "before"])
+async def test_the_reply_before_an_approval_is_tagged_when_its_stream_was_lost(
+    bot: Bot, applied: bool
+):
+    bot.slack.drop_connection("chat.appendStream", applied=applied)
+
+    ts, _ = await ask_for_approval(bot, "post C0GENERAL the deploy is at noon")
+    replies = await bot.written_replies(ts, 2)
+
+    assert [m.metadata is not None for m in replies] == [True, True], replies
