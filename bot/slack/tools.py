@@ -18,8 +18,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
 from bot.config_file import approval_ttl
 from bot.slack.names import SlackNames
+from bot.slack.once import AMBIGUOUS, look_for, post_once, tag
 
-__all__ = ["THREAD_TOOLS", "listed_slack_tools", "slack_tools"]
+__all__ = ["POST_EVENT", "THREAD_TOOLS", "listed_slack_tools", "post_tag", "slack_tools"]
 
 PAGE = 50
 THREAD_PAGE = 200
@@ -31,6 +32,11 @@ MAX_PROMPT_CHARS = 3_000
 """What an approval shows whole (a section's text): a post whose prompt is longer is refused."""
 POST_EVENT = "turnbot_post"
 """The metadata event type our posts carry, with the call's idempotency key."""
+
+
+def post_tag(key: str) -> dict[str, Any]:
+    """The metadata of the post a call with this idempotency key makes."""
+    return tag(POST_EVENT, key=key)
 
 
 THREAD_TOOLS = ("read_thread",)
@@ -206,18 +212,21 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
             return {"posted": False, "reason": "nobody answered in time"}
         if approved is not True:
             return {"posted": False, "reason": "a person denied it"}
-        already = await _posted_before(client, channel, ctx.idempotency_key)
+        key = post_tag(ctx.idempotency_key)
+        # a replay after a crash, or after a post whose answer was lost: posted once
+        already = await look_for(client, channel, None, key)
         if already is not None:
-            return {"posted": True, "ts": already}  # a replay after a crash: posted once
+            return {"posted": True, "ts": already}
         try:
-            posted = await client.chat_postMessage(
-                channel=channel,
-                text=text,
-                metadata={"event_type": POST_EVENT, "event_payload": {"key": ctx.idempotency_key}},
-            )
+            posted = await post_once(client, channel, None, key, text=text)
         except SlackApiError as exc:
             raise ToolError(f"Slack refused the post: {exc.response.get('error')}") from None
-        return {"posted": True, "ts": str(posted["ts"])}
+        except AMBIGUOUS as exc:
+            raise ToolError(
+                f"Slack could not be reached ({type(exc).__name__}), and the post is not in"
+                f" <#{channel}>'s newest messages"
+            ) from None
+        return {"posted": True, "ts": posted}
 
     @tool
     def remember(note: str, ctx: ToolContext) -> dict[str, int]:
@@ -262,19 +271,3 @@ def _notes_table(ctx: ToolContext) -> None:
     ctx.store.execute(
         "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
     )
-
-
-async def _posted_before(client: AsyncWebClient, channel: str, key: str) -> str | None:
-    """The ts of a post this call already made (found by its key), if any."""
-    try:
-        recent = await client.conversations_history(
-            channel=channel, limit=PAGE, include_all_metadata=True
-        )
-    except SlackApiError:
-        return None  # cannot tell: post, at least once
-    for message in recent["messages"]:
-        metadata = message.get("metadata") or {}
-        payload = metadata.get("event_payload") or {}
-        if metadata.get("event_type") == POST_EVENT and payload.get("key") == key:
-            return str(message["ts"])
-    return None

@@ -6,7 +6,8 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import ToolContext, ToolError
-from bot.slack.tools import POST_EVENT, _posted_before, _where
+from bot.slack.once import find_posted
+from bot.slack.tools import _where, post_tag
 from tests.fakes.slack_api import FakeSlack
 
 
@@ -16,12 +17,16 @@ async def test_a_post_is_found_again_by_its_key_so_a_replay_does_not_post_twice(
         posted = await client.chat_postMessage(
             channel=slack.channel_id,
             text="the deploy is at noon",
-            metadata={"event_type": POST_EVENT, "event_payload": {"key": "turn-1:call-1"}},
+            metadata=post_tag("turn-1:call-1"),
         )
         slack.post_user_message(slack.channel_id, "something after it")
 
-        assert await _posted_before(client, slack.channel_id, "turn-1:call-1") == posted["ts"]
-        assert await _posted_before(client, slack.channel_id, "turn-1:call-2") is None
+        found = [
+            await find_posted(client, slack.channel_id, None, post_tag(f"turn-1:call-{n}"))
+            for n in (1, 2)
+        ]
+
+        assert found == [posted["ts"], None]
 
 
 def context(session_id: str) -> ToolContext:

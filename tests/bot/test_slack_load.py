@@ -1,0 +1,322 @@
+"""Dozens of threads on a Slack that drops, refuses and slows, and a bot killed four times.
+
+The real ``python -m bot`` serves thirty threads in waves: questions, follow-ups
+that supersede a slow answer, posts to approve or deny. The fake Slack drops
+connections (before and after applying), rate limits and answers slowly; after
+each wave but the last, the bot is killed by SIGKILL from inside a Slack call
+chosen by a seeded random draw, and started again on the same database. Events
+are redelivered until acknowledged and clicks made again if the process that
+took them died, as Slack and a person would. At the end, stopped cleanly, the
+invariants hold: each thread's latest turn shows its reply once, no message
+carries the same tag twice, each approved post is made once (a denied one
+never), and no turn is left unfinished, waiting or held.
+
+One window is kept out on purpose: an event is acknowledged before its turn is
+admitted (Bolt acks an event before its listener runs), so a kill in between
+loses the event, which Slack never sends again. A kill waits until every
+delivered event is admitted; that window is a defect of the intake, not shown
+here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import random
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agent import SQLiteStore
+from agent.core.records import SessionKey
+from tests.bot.test_slack_crash_points import launch, slack
+from tests.bot.test_slack_process import Launch, post_click, post_signed
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import FakeSlack, Message
+
+__all__ = ["launch", "slack"]  # the fixtures
+
+SEED = 19
+KILLS = 4
+WAIT = 30.0
+KINDS = ["hello"] * 12 + ["again"] * 8 + ["post"] * 7 + ["deny"] * 3
+"""What each thread does: ask, ask and follow up, ask for a post to approve, or to deny."""
+KILL_AT = ("chat.startStream", "chat.stopStream", "chat.postMessage", "assistant.threads.setStatus")
+WRITES = ("chat.postMessage", "chat.startStream", "chat.appendStream", "chat.stopStream")
+FILLER = " and that is the whole answer, streamed in small pieces"
+
+
+def answer(body: dict[str, Any]) -> Reply:
+    """Claude's side: an echo (slowly, for a question to be superseded), or the post tool."""
+    said = [
+        block["text"]
+        for message in body["messages"]
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "text"
+    ]
+    kind, number = re.findall(r"\b(hello|again|post|deny) (\d+)", said[-1])[-1]
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+        return Reply.text(f"done {number}")
+    if kind in ("post", "deny"):
+        return Reply.tool("post_message", {"channel": "C0RANDOM", "text": f"note {number}"})
+    return dataclasses.replace(Reply.text(f"{kind} {number}{FILLER}"), delay=0.02)
+
+
+@dataclass
+class Thread:
+    number: int
+    kind: str
+    root: str = ""
+    latest: str = ""
+
+    @property
+    def expected(self) -> str:
+        if self.kind in ("post", "deny"):
+            return f"done {self.number}"
+        return f"{'hello' if self.kind == 'hello' else 'again'} {self.number}{FILLER}"
+
+
+@dataclass
+class Bot:
+    """The bot process of the moment, and what a kill must wait for."""
+
+    slack: FakeSlack
+    db: Path
+    proc: asyncio.subprocess.Process | None = None
+    port: int = 0
+    generation: int = 0
+    up: asyncio.Event = field(default_factory=asyncio.Event)
+    unadmitted: set[str] = field(default_factory=set)
+    killed_at: list[str] = field(default_factory=list)
+
+    def arm(self, method: str, applied: bool, after: int) -> None:
+        fire: Callable[[], None] = lambda: self._kill(method, applied)  # noqa: E731
+        self.slack.on_call(method, fire, applied=applied, after=after)
+
+    def _kill(self, method: str, applied: bool) -> None:
+        if self.proc is None or not self.up.is_set() or self.unadmitted:
+            # not now (see the module's docstring): a later call. This one, if it was to
+            # die before applying, is still dropped unapplied: one more fault to survive
+            self.arm(method, applied, 0)
+            return
+        self.up.clear()
+        self.killed_at.append(f"{method} {'after' if applied else 'before'} applying")
+        os.kill(self.proc.pid, signal.SIGKILL)
+
+
+def envelope(slack: FakeSlack, text: str, ts: str, thread_ts: str | None) -> dict[str, Any]:
+    event = {"type": "app_mention", "user": slack.user_id, "text": text, "ts": ts}
+    event |= {"channel": slack.channel_id, "team": slack.team_id}
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return {
+        "type": "event_callback",
+        "team_id": slack.team_id,
+        "event_id": f"Ev{ts}",
+        "event": event,
+    }
+
+
+async def until(condition: Callable[[], Any], what: str) -> None:
+    """Poll ``condition`` (sync or async) until it holds; fail after ``WAIT``."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        held = condition()
+        if asyncio.iscoroutine(held):
+            held = await held
+        if held:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never: {what}")
+
+
+async def turn_of(store: SQLiteStore, slack: FakeSlack, thread: Thread, ts: str) -> Any:
+    key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{thread.root}")
+    return (await store.load(key)).turns.get(f"{slack.team_id}:{slack.channel_id}:{ts}")
+
+
+async def say(bot: Bot, store: SQLiteStore, thread: Thread, text: str) -> None:
+    """A person's message in the thread, delivered until acknowledged, then admitted."""
+    slack = bot.slack
+    in_thread = thread.root or None
+    ts = slack.post_user_message(slack.channel_id, f"<@U0BOT> {text}", thread_ts=in_thread)
+    thread.root, thread.latest = thread.root or ts, ts
+    bot.unadmitted.add(ts)
+    sent = envelope(slack, f"<@U0BOT> {text}", ts, in_thread)
+    while True:
+        await bot.up.wait()
+        with contextlib.suppress(aiohttp.ClientError):
+            if await post_signed(bot.port, sent) == 200:
+                break
+    await until(lambda: turn_of(store, slack, thread, ts), f"{ts} admitted")
+    bot.unadmitted.discard(ts)
+
+
+def card_in(slack: FakeSlack, thread: Thread) -> Message | None:
+    cards = [m for m in slack.replies(slack.channel_id, thread.root) if _tag(m) == "turnbot_ask"]
+    return cards[0] if cards else None
+
+
+async def decide(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
+    """Click Approve (or Deny) on the thread's card; again if the process that took it died."""
+    slack = bot.slack
+    await until(lambda: card_in(slack, thread), f"a card in thread {thread.number}")
+    card = card_in(slack, thread)
+    assert card is not None
+    button = "turn_deny" if thread.kind == "deny" else "turn_approve"
+    while (await turn_of(store, slack, thread, thread.latest)).status == "suspended":
+        await bot.up.wait()
+        clicked = bot.generation
+        with contextlib.suppress(aiohttp.ClientError):
+            await post_click(bot.port, button, slack.user_id, card, slack.team_id)
+
+        async def settled_or_lost(clicked: int = clicked) -> bool:
+            turn = await turn_of(store, slack, thread, thread.latest)
+            return turn.status != "suspended" or bot.generation != clicked
+
+        await until(settled_or_lost, f"the click in thread {thread.number} taken")
+
+
+async def run_thread(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
+    await say(bot, store, thread, f"{thread.kind} {thread.number}")
+    if thread.kind == "again":  # while the first answer streams: it is superseded
+        await say(bot, store, thread, f"again {thread.number}")
+    if thread.kind in ("post", "deny"):
+        await decide(bot, store, thread)
+
+
+def add_faults(slack: FakeSlack, rng: random.Random) -> None:
+    """Drops before and after applying, a rate limit, slow answers: this wave's share."""
+    for _ in range(3):
+        slack.drop_connection(
+            rng.choice(WRITES), applied=rng.random() < 0.5, after=rng.randint(0, 5)
+        )
+    slack.drop_connection("conversations.replies", applied=True, after=rng.randint(0, 3))
+    slack.fail_next(
+        "chat.postMessage", "ratelimited", status=429, retry_after=0, after=rng.randint(0, 2)
+    )
+    slack.slow_down(rng.choice(WRITES), 0.3, times=2)
+
+
+async def unfinished(store: SQLiteStore) -> set[str]:
+    return {record.turn_id for _, record in await store.unfinished_turns()}
+
+
+async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_once(
+    slack: FakeSlack, launch: Launch, tmp_path: Path
+):
+    rng = random.Random(SEED)
+    kinds = KINDS[:]
+    rng.shuffle(kinds)
+    threads = [Thread(n, kind) for n, kind in enumerate(kinds)]
+    slack.add_channel("C0RANDOM", members=[slack.user_id])
+    bot = Bot(slack, tmp_path / "bot.db")
+    async with FakeAnthropic(answer) as api:
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+
+        async def start() -> None:
+            running = await launch(**claude)
+            bot.proc, bot.port, bot.generation = running.proc, running.port, bot.generation + 1
+            bot.up.set()
+
+        await start()
+        store = await SQLiteStore.open(bot.db)
+        try:
+            tasks: list[asyncio.Task[None]] = []
+            waves = [threads[w :: KILLS + 1] for w in range(KILLS + 1)]
+            for w, wave in enumerate(waves):
+                if w < KILLS:  # first: a method's faults come in the order they are added
+                    bot.arm(rng.choice(KILL_AT), rng.random() < 0.5, rng.randint(0, 2))
+                add_faults(slack, rng)
+                tasks += [asyncio.create_task(run_thread(bot, store, t)) for t in wave]
+                if w == KILLS:
+                    break
+                assert bot.proc is not None
+                assert await asyncio.wait_for(bot.proc.wait(), WAIT) == -signal.SIGKILL
+                owed = await unfinished(store)
+                await start()
+                # each turn the kill caught finishes before the next kill: none dies thrice
+                caught = functools.partial(_none_of, owed, store)
+                await until(caught, "the turns a kill caught finish")
+            await asyncio.wait_for(asyncio.gather(*tasks), WAIT)
+            await until(lambda: _all_shown(slack, threads), "every thread's reply shown")
+            await until(lambda: _none_of(None, store), "no turn left unfinished")
+            assert bot.proc is not None
+            bot.proc.send_signal(signal.SIGTERM)  # stopped cleanly: nothing is still being shown
+            assert await asyncio.wait_for(bot.proc.wait(), WAIT) == 0
+            assert len(bot.killed_at) == KILLS
+
+            await check_invariants(slack, store, threads)
+        finally:
+            await store.close()
+
+
+async def _none_of(owed: set[str] | None, store: SQLiteStore) -> bool:
+    left = await unfinished(store)
+    return not (left if owed is None else left & owed)
+
+
+def _tag(message: Message) -> str | None:
+    return (message.metadata or {}).get("event_type")
+
+
+def _shown(slack: FakeSlack, thread: Thread) -> list[Message]:
+    turn = f"{slack.team_id}:{slack.channel_id}:{thread.latest}"
+    return [
+        m
+        for m in slack.replies(slack.channel_id, thread.root)
+        if _tag(m) == "turnbot_reply" and (m.metadata or {})["event_payload"]["turn"] == turn
+    ]
+
+
+def _all_shown(slack: FakeSlack, threads: list[Thread]) -> bool:
+    for thread in threads:
+        shown = _shown(slack, thread)
+        if not shown or shown[-1].text != thread.expected or shown[-1].stream == "streaming":
+            return False
+    return True
+
+
+async def check_invariants(slack: FakeSlack, store: SQLiteStore, threads: list[Thread]) -> None:
+    ours = [m for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id]
+    assert [m for m in ours if m.stream == "streaming"] == []
+    tags = [json.dumps(m.metadata, sort_keys=True) for m in ours if m.metadata is not None]
+    assert len(set(tags)) == len(tags), "a message was posted twice"
+    for thread in threads:
+        replies = [m for m in slack.replies(slack.channel_id, thread.root) if m.is_from_bot]
+        cards = [m for m in replies if _tag(m) == "turnbot_ask"]
+        parts = [m for m in replies if m not in cards]
+        shown = _shown(slack, thread)
+        assert shown[-1].text == thread.expected, thread
+        if thread.kind == "hello":
+            assert parts == shown, (thread, replies)
+        elif thread.kind == "again":  # the superseded answer, and the latest
+            assert len(shown) == 1, (thread, replies)
+            assert len(parts) <= 2, (thread, replies)
+        else:  # the reply up to the request, its card, and the reply after the answer
+            assert len(cards) == 1, (thread, replies)
+            assert len(parts) == 2, (thread, replies)
+            assert parts[1] == shown[-1]
+            # KNOWN: the first part is left untagged when its stream was lost or adopted
+            # (see test_slack_post_once); nothing else may be
+            assert parts[0].metadata is None or parts[0] in shown, (thread, replies)
+        untagged = [m for m in replies if m.metadata is None]
+        assert untagged in ([], parts[:1] if thread.kind in ("post", "deny") else []), thread
+        assert (await turn_of(store, slack, thread, thread.latest)).status == "completed"
+    posted = sorted(m.text for m in slack.messages("C0RANDOM"))
+    assert posted == sorted(f"note {t.number}" for t in threads if t.kind == "post")
+    assert await store.unfinished_turns() == []
+    assert await store.suspended_turns() == []
+    assert await store.interrupted_turns() == []
