@@ -244,6 +244,8 @@ class _ShownReply:
         # Its turn.started may have gone by before this reply watched: then the first
         # event, whatever it is, shows that the turn is at work.
         self._thinking_due = record is not None and record.is_unfinished
+        self._at_work = self._thinking_due
+        """The turn runs (or is about to): its reply shows a Stop button once it streams."""
 
     async def adopt(self, ts: str) -> None:
         """Carry on in the message a stopped process left half written."""
@@ -263,8 +265,8 @@ class _ShownReply:
         if event.type == "turn.started" or self._thinking_due:
             self._thinking_due = False
             await self._reply.thinking()
-            if not is_terminal(event):
-                await self.stop.show()
+        if event.type == "turn.started":
+            self._at_work = True
         if isinstance(event, MessageDelta):
             await self._on_delta(event)
         elif isinstance(event, MessageCompleted):
@@ -302,15 +304,18 @@ class _ShownReply:
         call_id = event.request.get("call_id")
         if isinstance(call_id, str):
             await self._reply.waiting(call_id)
-        await self._reply.finish(whole=self._in_order())
+        self._at_work = False
         await self.stop.remove()  # nothing runs while it waits: Withdraw is on the card
+        await self._reply.finish(whole=self._in_order())
         here = Thread(self._thread.channel, self._reply.thread_ts, self._thread.session_id)
         await self._renderer.ask(here, self._turn_id, event.request, proactive=self._proactive)
 
     async def _on_end(self, event: TurnEvent) -> None:
         by = self._renderer.stopper(self._turn_id) if event.type == "turn.cancelled" else None
+        # gone before the reply's last words land (which may open it): it stands alone
+        self._at_work = False
+        await self.stop.remove()
         await self._reply.finish(whole=self._in_order(), note=closing_line(event, by))
-        await self.stop.remove()  # before the state goes: a restart still knows to remove it
         # A turn nobody typed may be delivered again (its firing, twice): keep that it was
         # shown. Any other turn's state is forgotten: nothing is owed to its thread.
         done = DeliveryState(done=True) if self._proactive else None
@@ -319,6 +324,10 @@ class _ShownReply:
     async def _keep_reply(self, ts: str) -> None:
         """Keep each new message of the reply as it opens: one too long goes on in the next."""
         self._opened.append(ts)
+        if self._at_work and self._reply.is_streaming:
+            # after the stream, so that it sits under it; posted (not streamed) replies
+            # show none: one more message would stand beside a reply still being written
+            await self.stop.show()
         state = DeliveryState(
             reply=self._opened[0], more=tuple(self._opened[1:]), since=self._since
         )
