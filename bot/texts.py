@@ -87,7 +87,45 @@ CANCELLED = {
     "requested": "_(cancelled)_",
     "reset": "_(stopped: this conversation was reset)_",
     "timeout": "_(stopped: this took longer than a turn may)_",
+    "withdrawn": "_(withdrawn by an admin)_",
 }
+HELD = (
+    "_(stopped: the bot went down each time it ran this turn, so it is held and will not "
+    "run again by itself; an operator can retry or drop it with `python -m bot turns --held`)_"
+)
+WORKING = "Working on it… Stop ends this turn here."
+"""The message with the Stop button that a thread shows while its turn is at work."""
+
+
+def stopped_by(by: str) -> str:
+    """The closing line of a turn someone stopped from Slack (its Stop button)."""
+    return f"_(stopped by <@{by}>)_"
+
+
+def withdrawn_by(by: str) -> str:
+    """The closing line of a turn whose request an admin withdrew."""
+    return f"_(withdrawn by <@{by}>)_"
+
+
+def held_firing(turn_id: str, reason: str, detail: str) -> str:
+    """Why a schedule fired by hand did not deliver: its turn was interrupted (held)."""
+    if reason != "held":
+        return f"the turn was interrupted ({reason}): {detail}"
+    return (
+        f"the turn {turn_id} is held: the bot went down each time it ran it, so it will not "
+        "run again by itself (firing the schedule again replays the same held turn). "
+        f"Retry it with `python -m bot turns --held --retry {turn_id}`, or drop it with "
+        f"`--drop {turn_id}`."
+    )
+
+
+def interrupted(reason: str, detail: str) -> str:
+    """The closing line of a turn the engine ended on its own (``turn.interrupted``)."""
+    if reason == "held":
+        return HELD
+    return f"_(stopped: {detail or reason})_"
+
+
 WAITING_FOR_APPROVAL = (
     "This thread is waiting for an approval above; answer it first, then ask again."
 )

@@ -49,6 +49,7 @@ __all__ = [
     "stop_blocks",
     "who_may_answer",
     "withdrawn_blocks",
+    "working_blocks",
 ]
 
 APPROVE = "turn_approve"
@@ -200,7 +201,7 @@ def withdrawn_blocks(prompt: str, *, by: str) -> list[Any]:
 
 
 def stop_blocks(session_id: str, turn_id: str) -> list[dict[str, Any]]:
-    """A Stop button for a running turn, to attach to its reply while it streams."""
+    """A Stop button for a running turn (a stream takes no blocks: see `working_blocks`)."""
     value = _value({"s": session_id, "t": turn_id, "i": ""})
     return [
         {
@@ -209,6 +210,11 @@ def stop_blocks(session_id: str, turn_id: str) -> list[dict[str, Any]]:
             "elements": [_button("Stop", STOP, value, style="danger")],
         }
     ]
+
+
+def working_blocks(session_id: str, turn_id: str, line: str) -> list[dict[str, Any]]:
+    """The message a thread shows while its turn is at work: ``line``, and the Stop button."""
+    return [_context(line), *stop_blocks(session_id, turn_id)]
 
 
 def read_decision(action: dict[str, Any]) -> Decision | None:

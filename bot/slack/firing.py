@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from slack_sdk.errors import SlackApiError
 
-from agent import AgentRuntime, Cancelled, Completed, Failed, Suspended, Trigger, receive
+from agent import (
+    AgentRuntime,
+    Cancelled,
+    Completed,
+    Failed,
+    Interrupted,
+    Suspended,
+    Trigger,
+    receive,
+)
 from bot.schedules import Firing
 from bot.slack.channel import SlackChannel
+from bot.texts import held_firing
 
 __all__ = ["ScheduleFailed", "fire", "fire_by_hand", "has_fired"]
 
@@ -51,7 +61,8 @@ async def fire_by_hand(
     """Fire ``firing`` now and post its reply, as its cron would; what it came to, in a line.
 
     Raises:
-        ScheduleFailed: Slack refused the reply, or the turn failed or was cancelled.
+        ScheduleFailed: Slack refused the reply, or the turn failed, was cancelled or is
+            held.
     """
     schedule = firing.schedule
     try:
@@ -70,4 +81,8 @@ async def fire_by_hand(
         raise ScheduleFailed(f"the turn failed: {result.error}")
     if isinstance(result, Cancelled):
         raise ScheduleFailed(f"the turn was cancelled ({result.reason})")
+    if isinstance(result, Interrupted):
+        # A firing's turn id is fixed: firing it again replays the same held turn, which
+        # stays held. Say so and what to do, rather than leave a retry that never ends.
+        raise ScheduleFailed(held_firing(turn_id, result.reason, result.detail))
     raise ScheduleFailed(f"the turn is still {record.status}")

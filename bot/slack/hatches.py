@@ -176,11 +176,14 @@ class _Hatches:
         if not (_took_part(turns, user) or await self.is_admin(user)):
             await self._tell(user, thread, ONLY_PARTICIPANTS_STOP)
             return
+        renderer = self.decisions.renderer
+        renderer.stopping(decision.turn_id, user)  # the reply's closing line names them
         try:
             taken = await session.cancel(decision.turn_id, reason="requested")
         except UnknownTurnError:
             taken = False
         if not taken:
+            renderer.stopper(decision.turn_id)  # nothing to name: forget it
             await self._tell(user, thread, NOTHING_TO_STOP)
         else:
             logger.info("turn %s stopped by %s", decision.turn_id, user)

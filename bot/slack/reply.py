@@ -1,12 +1,11 @@
 """One turn's reply in its thread: streamed while Slack lets it, else posted and updated.
 
-The text goes out through Slack's streaming API (``chat.startStream`` /
-``appendStream`` / ``stopStream``), in flushes no more often than
-``flush_every``. Where streaming is not offered (``unknown_method``, a workspace
-or token without it) or a stream was closed by Slack (it ends streams about five
-minutes in), the reply carries on as an ordinary message: the one already
-showing is updated with the whole text, at most once per ``update_every``. Text
-is always sent as ``markdown_text``, so a reply reads the same either way.
+The text goes out through Slack's streaming API (``chat.startStream`` / ``appendStream`` /
+``stopStream``), in flushes no more often than ``flush_every``. Where streaming is not
+offered (``unknown_method``, a workspace or token without it) or a stream was closed by Slack
+(it ends streams about five minutes in), the reply carries on as an ordinary message: the one
+already showing is updated with the whole text, at most once per ``update_every``. Text is
+always sent as ``markdown_text``, so a reply reads the same either way.
 
 A reply is one message, unless it outgrows what one message holds (12,000
 characters of markdown): it then carries on in the next, cut at a paragraph.
@@ -92,16 +91,15 @@ class ThreadReply:
         self._flush_every = flush_every
         self._update_every = update_every
         self._clock = clock
-        self._shown = ""  # what the current message says
-        self._pending = ""
+        self._shown = self._pending = ""  # what the current message says; what is still to go
         self._ts: str | None = None
         self._streaming = False
         self._last_flush = float("-inf")
         self._status_set = False
         self._earlier = ""
+        """What the reply's earlier messages say, once it went on past one."""
         self._part = 0
         """How many messages of the reply came before the current one."""
-        """What the reply's earlier messages say, once it went on past one."""
         self._can_stream = thread_ts is not None
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
         self._titles: dict[str, str] = {}
@@ -118,6 +116,11 @@ class ThreadReply:
     def thread_ts(self) -> str | None:
         """The thread it replies in: a reply that opened a conversation roots its own."""
         return self._thread_ts
+
+    @property
+    def is_streaming(self) -> bool:
+        """Whether the current message is an open stream (a stream takes no blocks)."""
+        return self._streaming
 
     @property
     def has_text(self) -> bool:
@@ -343,11 +346,8 @@ class ThreadReply:
                     channel=self._channel, ts=self._ts, chunks=chunks
                 )
             return True
-        except SlackApiError as exc:
+        except (SlackApiError, *AMBIGUOUS) as exc:  # AMBIGUOUS: the whole text goes next
             await self._lose_stream(_error(exc))
-            return False
-        except AMBIGUOUS as exc:  # appended or not, nobody knows: the whole text goes next
-            await self._lose_stream(type(exc).__name__)
             return False
 
     async def _close_stream(self) -> None:
@@ -396,5 +396,5 @@ def _markdown(text: str) -> dict[str, str]:
     return {"type": "markdown_text", "text": text}
 
 
-def _error(exc: SlackApiError) -> Any:
-    return exc.response.get("error")
+def _error(exc: Exception) -> Any:
+    return exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__

@@ -255,10 +255,13 @@ async def _kept_reply(db: Path, slack: FakeSlack, ts: str, reply_ts: str) -> Non
 
 
 async def _streaming_reply(slack: FakeSlack, ts: str) -> list[Message]:
-    """The thread's replies once one of them is being streamed."""
+    """The thread's streamed replies once one of them is being streamed.
+
+    The message holding the turn's Stop button, posted beside it, is not streamed.
+    """
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        replies = slack.replies(slack.channel_id, ts)
+        replies = [m for m in slack.replies(slack.channel_id, ts) if m.stream is not None]
         if any(m.stream == "streaming" and m.text for m in replies):
             return replies
         await asyncio.sleep(0.01)

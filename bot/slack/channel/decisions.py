@@ -49,6 +49,7 @@ from bot.texts import (
     not_waiting,
     only_answerers,
     withdrawn,
+    withdrawn_by,
 )
 
 __all__ = ["Decisions"]
@@ -141,6 +142,7 @@ class Decisions:
         if shown is not None:
             blocks = withdrawn_blocks(request.prompt, by=by)
             await self._replace_buttons(thread.channel, shown, withdrawn(by), blocks)
+        await self._renderer.end_waiting(thread, decision.turn_id, withdrawn_by(by))
 
     async def settled_elsewhere(self, session_id: str, turn_id: str) -> None:
         """A request no answer of ours settled (it expired): say so on it, then show the rest.

@@ -32,12 +32,13 @@ from agent import (
     is_terminal,
 )
 from bot.slack.blocks import approval_blocks
-from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of
-from bot.slack.once import ASK_EVENT, look_for, post_once, tag
+from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
+from bot.slack.channel.stopping import StopMessage
+from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
-from bot.texts import CANCELLED, FAILED_PREFIX, RETRYING
+from bot.texts import CANCELLED, FAILED_PREFIX, RETRYING, interrupted, stopped_by, withdrawn_by
 
-__all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "slack_error"]
+__all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "closing_line", "slack_error"]
 
 logger = logging.getLogger("bot.slack")
 
@@ -70,6 +71,16 @@ class ReplyRenderer:
         self.client = client
         self.deliveries = deliveries
         self.flush_every = flush_every
+        self._stoppers: dict[str, str] = {}
+        """Who ended a turn from Slack (Stop, Withdraw), by turn id, until its end is shown."""
+
+    def stopping(self, turn_id: str, by: str) -> None:
+        """Note that ``by`` asked for ``turn_id`` to end: its closing line names them."""
+        self._stoppers[turn_id] = by
+
+    def stopper(self, turn_id: str) -> str | None:
+        """Who ended ``turn_id`` from Slack, as noted in this process (forgotten once told)."""
+        return self._stoppers.pop(turn_id, None)
 
     async def show(
         self,
@@ -106,6 +117,8 @@ class ReplyRenderer:
         start = since if since is not None else (kept.since or 0)
         shown = _ShownReply(self, thread, turn_id, start, record, reader)
         try:
+            if kept.reply is not None or taking_up:  # a Stop button a stopped process put up
+                await shown.stop.recover()
             if kept.reply is not None:
                 await shown.adopt(kept.reply)
             elif taking_up:  # a message opened before a crash, whose ts was never kept
@@ -114,6 +127,7 @@ class ReplyRenderer:
                 await shown.on(event)
         except UnknownTurnError:
             # a reset archived the turn: there is nothing left to show
+            await shown.stop.remove()
             await self.deliveries.keep(thread.session_id, turn_id, None)
 
     async def ask(self, thread: Thread, turn_id: str, asked: JsonValue, *, proactive: bool) -> None:
@@ -142,6 +156,20 @@ class ReplyRenderer:
             if kept.reply is not None and (kept.since or 0) >= since:
                 return  # a click was quicker: the continuation's own state is the newer
             await self.deliveries.keep(thread.session_id, turn_id, state)
+
+    async def end_waiting(self, thread: Thread, turn_id: str, note: str) -> None:
+        """End a turn's reply that stopped at a request, with ``note``, once (a withdrawal).
+
+        The note is posted as the reply's continuation would be (the same tag), so a
+        restart that shows the turn again finds it and posts no second.
+        """
+        kept = await self.deliveries.load(thread.session_id, turn_id)
+        mark = tag(REPLY_EVENT, turn=turn_id, since=kept.since or 0, part=0)
+        if await look_for(self.client, thread.channel, thread.thread_ts, mark) is None:
+            await post_once(self.client, thread.channel, thread.thread_ts, mark, markdown_text=note)
+        # as at the end of any reply: a turn nobody typed keeps that it was shown
+        done = DeliveryState(done=True) if thread_of(thread.session_id) is None else None
+        await self.deliveries.keep(thread.session_id, turn_id, done)
 
     async def intend(self, thread: Thread, turn_id: str) -> None:
         """Keep that the thread is owed the turn's reply, before the turn is started.
@@ -189,6 +217,11 @@ class _ShownReply:
         self._opened: list[str] = []
         """The reply's messages, in order: one, unless it outgrew what a message holds."""
         speaker = record.input.event if record is not None else None
+        after = str(speaker.data.get("ts")) if speaker and since == 0 else None
+        # a turn nobody typed has nobody to stop it from its thread
+        where = thread if not self._proactive else Thread(thread.channel, None, thread.session_id)
+        self.stop = StopMessage(renderer.client, where, turn_id, after=after)
+        """The message with the turn's Stop button, while it is at work."""
         self._reply = ThreadReply(
             renderer.client,
             channel=thread.channel,
@@ -197,7 +230,7 @@ class _ShownReply:
             team=str(speaker.data.get("team")) if speaker else team_of(thread.session_id),
             on_open=self._keep_reply,
             key={"turn": turn_id, "since": since},
-            after=str(speaker.data.get("ts")) if speaker and since == 0 else None,
+            after=after,
             flush_every=renderer.flush_every,
         )
         self._said: dict[int, str] = {}
@@ -211,6 +244,8 @@ class _ShownReply:
         # Its turn.started may have gone by before this reply watched: then the first
         # event, whatever it is, shows that the turn is at work.
         self._thinking_due = record is not None and record.is_unfinished
+        self._at_work = self._thinking_due
+        """The turn runs (or is about to): its reply shows a Stop button once it streams."""
 
     async def adopt(self, ts: str) -> None:
         """Carry on in the message a stopped process left half written."""
@@ -230,6 +265,8 @@ class _ShownReply:
         if event.type == "turn.started" or self._thinking_due:
             self._thinking_due = False
             await self._reply.thinking()
+        if event.type == "turn.started":
+            self._at_work = True
         if isinstance(event, MessageDelta):
             await self._on_delta(event)
         elif isinstance(event, MessageCompleted):
@@ -267,12 +304,18 @@ class _ShownReply:
         call_id = event.request.get("call_id")
         if isinstance(call_id, str):
             await self._reply.waiting(call_id)
+        self._at_work = False
+        await self.stop.remove()  # nothing runs while it waits: Withdraw is on the card
         await self._reply.finish(whole=self._in_order())
         here = Thread(self._thread.channel, self._reply.thread_ts, self._thread.session_id)
         await self._renderer.ask(here, self._turn_id, event.request, proactive=self._proactive)
 
     async def _on_end(self, event: TurnEvent) -> None:
-        await self._reply.finish(whole=self._in_order(), note=_closing_line(event))
+        by = self._renderer.stopper(self._turn_id) if event.type == "turn.cancelled" else None
+        # gone before the reply's last words land (which may open it): it stands alone
+        self._at_work = False
+        await self.stop.remove()
+        await self._reply.finish(whole=self._in_order(), note=closing_line(event, by))
         # A turn nobody typed may be delivered again (its firing, twice): keep that it was
         # shown. Any other turn's state is forgotten: nothing is owed to its thread.
         done = DeliveryState(done=True) if self._proactive else None
@@ -281,6 +324,10 @@ class _ShownReply:
     async def _keep_reply(self, ts: str) -> None:
         """Keep each new message of the reply as it opens: one too long goes on in the next."""
         self._opened.append(ts)
+        if self._at_work and self._reply.is_streaming:
+            # after the stream, so that it sits under it; posted (not streamed) replies
+            # show none: one more message would stand beside a reply still being written
+            await self.stop.show()
         state = DeliveryState(
             reply=self._opened[0], more=tuple(self._opened[1:]), since=self._since
         )
@@ -295,12 +342,19 @@ class _ShownReply:
         return [self._said[index] for index in sorted(self._said)]
 
 
-def _closing_line(event: TurnEvent) -> str | None:
-    """The line a reply ends with when its turn ended without its answer."""
+def closing_line(event: TurnEvent, by: str | None = None) -> str | None:
+    """The line a reply ends with when its turn ended without its answer.
+
+    ``by`` is who ended it from Slack (Stop, Withdraw), when this process knows.
+    """
     if event.type == "turn.failed":
         return f"{FAILED_PREFIX} {event.error}"
     if event.type == "turn.cancelled":
+        if by is not None and event.reason in ("requested", "withdrawn"):
+            return stopped_by(by) if event.reason == "requested" else withdrawn_by(by)
         return CANCELLED.get(event.reason, f"_(stopped: {event.reason})_")
+    if event.type == "turn.interrupted":
+        return interrupted(event.reason, event.detail)
     return None
 
 
