@@ -5,11 +5,9 @@ The text goes out through Slack's streaming API (``chat.startStream`` / ``append
 offered (``unknown_method``, a workspace or token without it) or a stream was closed by Slack
 (it ends streams about five minutes in), the reply carries on as an ordinary message: the one
 already showing is updated with the whole text, at most once per ``update_every``. Text is
-always sent as ``markdown_text``, so a reply reads the same either way.
-
-A reply is one message, unless it outgrows what one message holds (12,000
-characters of markdown): it then carries on in the next, cut at a paragraph.
-Each message is posted once, tagged with the reply's key (see `bot.slack.once`).
+always sent as ``markdown_text``, so a reply reads the same either way. A reply is one
+message unless it outgrows one (12,000 characters of markdown), then it goes on in the
+next, cut at a paragraph; each is posted once, tagged with the reply's key (`bot.slack.once`).
 """
 
 from __future__ import annotations
@@ -141,9 +139,10 @@ class ThreadReply:
         rewrites that message instead of opening another.
         """
         self._ts, self._streaming = ts, False
-        # long closed, or never a stream: either way it can be updated
+        # long closed, or never a stream: either way it can be updated; closed here, it
+        # gets the tag that a part with no more words to show would never get later
         with contextlib.suppress(SlackApiError):
-            await self._client.chat_stopStream(channel=self._channel, ts=ts)
+            await self._client.chat_stopStream(channel=self._channel, ts=ts, metadata=self._tag())
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""
@@ -360,7 +359,9 @@ class ThreadReply:
         if error not in STREAM_GONE and self._ts is not None:
             # still open: an open stream cannot be updated, so end it first (best effort)
             with contextlib.suppress(SlackApiError, *AMBIGUOUS):
-                await self._client.chat_stopStream(channel=self._channel, ts=self._ts)
+                await self._client.chat_stopStream(
+                    channel=self._channel, ts=self._ts, metadata=self._tag()
+                )
 
     async def _update(self) -> None:
         assert self._ts is not None

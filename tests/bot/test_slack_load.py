@@ -309,11 +309,8 @@ async def check_invariants(slack: FakeSlack, store: SQLiteStore, threads: list[T
             assert len(cards) == 1, (thread, replies)
             assert len(parts) == 2, (thread, replies)
             assert parts[1] == shown[-1]
-            # KNOWN: the first part is left untagged when its stream was lost or adopted
-            # (see test_slack_post_once); nothing else may be
-            assert parts[0].metadata is None or parts[0] in shown, (thread, replies)
-        untagged = [m for m in replies if m.metadata is None]
-        assert untagged in ([], parts[:1] if thread.kind in ("post", "deny") else []), thread
+            assert parts[0] in shown, (thread, replies)
+        assert [m for m in replies if m.metadata is None] == [], thread  # every one tagged
         assert (await turn_of(store, slack, thread, thread.latest)).status == "completed"
     posted = sorted(m.text for m in slack.messages("C0RANDOM"))
     assert posted == sorted(f"note {t.number}" for t in threads if t.kind == "post")

@@ -14,6 +14,7 @@ import contextlib
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -38,8 +39,19 @@ __all__ = ["launch", "slack"]  # the fixtures, shared with the reply's crash poi
 ASKED = "tell #random the deploy is at noon"
 
 
-def kill_when(slack: FakeSlack, method: str, proc: asyncio.subprocess.Process, applied: bool):
-    slack.on_call(method, killing(proc), applied=applied)  # type: ignore[arg-type]
+def kill_when(
+    slack: FakeSlack, method: str, proc: asyncio.subprocess.Process, applied: bool, tagged: str
+):
+    """Kill the bot at the call of ``method`` that posts a message tagged ``tagged``.
+
+    Other posts (the reply's own, its Stop button's) go by: the kill lands at one point.
+    """
+
+    def is_it(params: Any) -> bool:
+        metadata = params.values.get("metadata")  # an object in JSON, a string in a form
+        return f'"{tagged}"' in (metadata if isinstance(metadata, str) else json.dumps(metadata))
+
+    slack.on_call(method, killing(proc), applied=applied, where=is_it)  # type: ignore[arg-type]
 
 
 async def died(proc: asyncio.subprocess.Process) -> None:
@@ -80,7 +92,7 @@ async def test_a_bot_killed_posting_an_approval_card_shows_it_once_at_its_next_s
         api.queue(*POSTING)
         claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
         first = await launch(**claude)
-        kill_when(slack, "chat.postMessage", first.proc, applied)
+        kill_when(slack, "chat.postMessage", first.proc, applied, "turnbot_ask")
         ts, envelope = mention(slack, ASKED)
         await post_signed(first.port, envelope)
         await died(first.proc)
@@ -111,7 +123,7 @@ async def test_a_bot_killed_making_an_approved_post_makes_it_once_at_its_next_st
         ts, envelope = mention(slack, ASKED)
         await post_signed(first.port, envelope)
         card = await approval_in(slack, ts)
-        kill_when(slack, "chat.postMessage", first.proc, applied)  # the card is up: the post's
+        kill_when(slack, "chat.postMessage", first.proc, applied, "turnbot_post")
 
         await click_as_it_dies(first.port, card, slack)
         await died(first.proc)

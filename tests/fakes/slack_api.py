@@ -197,6 +197,8 @@ class _Fault:
     """Close the connection without an answer, before or after applying the call."""
     then: Callable[[], None] | None = None
     """Run once the call is applied (or refused), before anything is answered."""
+    when: Callable[[_Params], bool] | None = None
+    """Only a call these parameters satisfy meets the fault; others pass it by."""
 
 
 def _missing(name: str) -> Refusal:
@@ -464,16 +466,23 @@ class FakeSlack:
         self._faults[method].extend([None] * after + [_Fault(error, status, retry_after)] * times)
 
     def drop_connection(
-        self, method: str, *, applied: bool, times: int = 1, after: int = 0
+        self,
+        method: str,
+        *,
+        applied: bool,
+        times: int = 1,
+        after: int = 0,
+        where: Callable[[_Params], bool] | None = None,
     ) -> None:
         """Reset the connection of ``times`` calls of ``method`` instead of answering.
 
         With ``applied`` the call takes effect first, as when a connection drops
         after Slack did the work but before its answer arrived: the client cannot
-        tell the two apart (slack_sdk sees ``ServerDisconnectedError``).
+        tell the two apart (slack_sdk sees ``ServerDisconnectedError``). With
+        ``where``, only calls whose parameters it accepts are dropped.
         """
         drop: Literal["before", "after"] = "after" if applied else "before"
-        fault = _Fault("", 0, None, drop=drop)
+        fault = _Fault("", 0, None, drop=drop, when=where)
         self._faults[method].extend([None] * after + [fault] * times)
 
     def slow_down(self, method: str, seconds: float, *, times: int = 1) -> None:
@@ -481,15 +490,23 @@ class FakeSlack:
         self._delays[method].extend([seconds] * times)
 
     def on_call(
-        self, method: str, then: Callable[[], None], *, applied: bool = True, after: int = 0
+        self,
+        method: str,
+        then: Callable[[], None],
+        *,
+        applied: bool = True,
+        after: int = 0,
+        where: Callable[[_Params], bool] | None = None,
     ) -> None:
         """Run ``then`` once a call of ``method`` is applied (or, not ``applied``, dropped).
 
         A crash test passes a function that kills the bot's process there, so the
         bot dies at a known point: the call made (or not), its answer never read.
+        With ``where``, only a call whose parameters it accepts is that point.
         """
         drop: Literal["before"] | None = None if applied else "before"
-        self._faults[method].extend([None] * after + [_Fault("", 0, None, drop, then)])
+        fault = _Fault("", 0, None, drop, then, when=where)
+        self._faults[method].extend([None] * after + [fault])
 
     def hold_next(self, method: str) -> asyncio.Event:
         """Keep the next call of ``method`` waiting until the returned event is set."""
@@ -627,7 +644,12 @@ class FakeSlack:
             raise Refusal("not_authed")
         if token != (self.app_token if method == "apps.connections.open" else self.token):
             raise Refusal("invalid_auth")
-        fault = self._faults[method].popleft() if self._faults[method] else None
+        waiting = self._faults[method]
+        fault = waiting[0] if waiting else None
+        if fault is not None and fault.when is not None and not fault.when(params):
+            fault = None  # not the call it waits for: it stays queued
+        elif waiting:
+            waiting.popleft()
         if fault is not None and fault.drop == "before":
             return {}, fault
         if fault is not None and fault.error:
