@@ -1,7 +1,9 @@
 """The Bolt app: which listener answers each event, click and command Slack sends.
 
-Every listener returns at once. Slack retries an event it does not see
-acknowledged within 3 seconds, so the work (a turn, a decision, a policy
+Slack hears the acknowledgement when the listener returns. It retries an event
+it does not see acknowledged within 3 seconds, and never sends one it saw
+acknowledged again: so an event's listener returns once its turn is durably
+admitted (milliseconds), and the work (the turn's reply, a decision, a policy
 command's answer) runs in a task the Slack channel keeps and drains at shutdown.
 
 A request no listener matches (an event the app is subscribed to but ignores,
@@ -39,13 +41,19 @@ logger = logging.getLogger("bot.slack")
 
 def bolt_app(channel: SlackChannel, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
     """The Bolt app: the listeners of what the bot does; anything else Slack sends is acked."""
+    # process_before_response: Slack hears the ack once the listener returned, so
+    # an event is acknowledged only after its turn was durably admitted (a crash
+    # in between makes Slack send it again). Every listener returns at once.
     bolt = AsyncApp(
-        client=client, signing_secret=signing_secret, raise_error_for_unhandled_request=True
+        client=client,
+        signing_secret=signing_secret,
+        raise_error_for_unhandled_request=True,
+        process_before_response=True,
     )
     bolt.error(_on_error)
 
     async def on_message_event(body: dict[str, Any]) -> None:
-        channel.on_event(body)  # returns at once: the turn runs in a task of the channel's
+        await channel.on_event(body)  # admits the turn; its reply runs in a task of the channel's
 
     async def on_decision(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()  # at once: the decision is settled in a task of the channel's

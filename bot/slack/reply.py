@@ -139,8 +139,7 @@ class ThreadReply:
         rewrites that message instead of opening another.
         """
         self._ts, self._streaming = ts, False
-        # long closed, or never a stream: either way it can be updated; closed here, it
-        # gets the tag that a part with no more words to show would never get later
+        # either way it can be updated; stopped here, it gets its tag even with no more words
         with contextlib.suppress(SlackApiError):
             await self._client.chat_stopStream(channel=self._channel, ts=ts, metadata=self._tag())
 

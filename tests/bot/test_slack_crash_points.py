@@ -141,3 +141,33 @@ async def test_a_bot_killed_after_its_turn_ended_but_before_the_reply_existed_sh
         replies = await one_whole_reply(slack, ts)
         assert [m.text for m in replies] == [FULL]
         assert len(api.requests) == 1
+
+
+async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_loses_nothing(
+    slack: FakeSlack, launch: Launch, tmp_path: Path
+):
+    # Slack never sends an acknowledged event again: a bot that acked first and
+    # admitted after could die in between and lose the question for good
+    async with FakeAnthropic() as api:
+        api.queue(Reply.text(FULL))
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        first = await launch(**claude)
+        held = slack.hold_next("chat.startStream")  # the reply waits: admission is under test
+        ts, envelope = mention(slack, "when is the deploy?")
+        assert await post_signed(first.port, envelope) == 200
+        first.proc.send_signal(signal.SIGKILL)  # the moment the ack arrived
+        assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
+
+        key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{ts}")
+        store = await SQLiteStore.open(tmp_path / "bot.db")
+        try:
+            admitted = (await store.load(key)).turns.get(f"{slack.team_id}:{slack.channel_id}:{ts}")
+        finally:
+            await store.close()
+        assert admitted is not None  # in the store before Slack had its ack
+        held.set()
+
+        await launch(**claude)
+
+        replies = await one_whole_reply(slack, ts)
+        assert [m.text for m in replies] == [FULL]

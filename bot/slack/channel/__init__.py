@@ -114,28 +114,39 @@ class SlackChannel:
 
     # -- intake ----------------------------------------------------------------------
 
-    def on_event(self, body: dict[str, Any]) -> None:
-        """Take a verified Events API envelope; the turn, if any, starts in a task of ours."""
+    async def on_event(self, body: dict[str, Any]) -> None:
+        """Take a verified Events API envelope: admit its turn, if any, before returning.
+
+        The caller acknowledges the event to Slack only after this returns, and
+        Slack never sends an acknowledged event again: so the turn is durably
+        admitted first (a few milliseconds), and only its reply runs in a task
+        of ours.
+        """
         found = read_event(body, bot_user_id=self.bot_user_id)
         if isinstance(found, Ignored):
             logger.debug("event %s ignored: %s", body.get("event_id"), found.reason)
             return
-        self.spawn(self._admit(found), name=f"admit {found.turn_id}")
+        thread = await self._admit(found)
+        if thread is not None:
+            self.spawn(
+                self._watching.reply(thread, found.turn_id, since=0),
+                name=f"reply {found.turn_id}",
+            )
 
-    async def _admit(self, inbound: Inbound) -> None:
+    async def _admit(self, inbound: Inbound) -> Thread | None:
+        """Admit the inbound turn; the thread to show its reply in, or None if not here."""
         turn_id = inbound.turn_id
         if turn_id in self._admitting_now:
-            return  # the same message again (a retry, or its other event type)
+            return None  # the same message again (a retry, or its other event type)
         self._admitting_now.add(turn_id)
         try:
             key = SessionKey(self.agent, inbound.session_id)
             if inbound.needs_thread and not await self.runtime.store.has_session(key):
-                return  # a thread the bot takes no part in: asked of the store, nothing loaded
+                return None  # a thread the bot takes no part in: asked of the store alone
             thread = Thread(inbound.channel, inbound.thread_ts, inbound.session_id)
             async with self._admission(inbound.session_id):
                 admitted = await self._start(inbound, thread)
-            if admitted:
-                await self._watching.reply(thread, turn_id, since=0)
+            return thread if admitted else None
         finally:
             self._admitting_now.discard(turn_id)
 
