@@ -45,7 +45,7 @@ from pydantic import (
 from agent import ConfigError, SurfacePolicy
 from bot.schedules import CHANNEL_ID, Schedule
 
-__all__ = ["Approvals", "BotConfig", "approval_ttl", "load_bot_config", "use_approvals"]
+__all__ = ["Approvals", "BotConfig", "load_bot_config"]
 
 DEFAULT_APPROVAL_HOURS = 24.0
 
@@ -82,22 +82,6 @@ class Approvals(BaseModel):
     def ttl(self, channel: str | None) -> float:
         """Seconds an approval asked in ``channel`` waits (the default outside a channel)."""
         return 3600.0 * self.channels.get(channel or "", self.hours)
-
-
-_approvals = Approvals()
-"""The approvals of the BOT_CONFIG this process loaded last: what ``post_message`` reads."""
-
-
-def use_approvals(approvals: Approvals) -> Approvals:
-    """Make ``approvals`` the process's; the ones it replaces (to restore them)."""
-    global _approvals
-    before, _approvals = _approvals, approvals
-    return before
-
-
-def approval_ttl(channel: str | None) -> float:
-    """Seconds an approval asked in ``channel`` waits before it expires, as BOT_CONFIG says."""
-    return _approvals.ttl(channel)
 
 
 class BotConfig(BaseModel):
@@ -175,7 +159,6 @@ def load_bot_config(path: Path | None) -> BotConfig:
     except ValidationError as exc:
         lines = [f"BOT_CONFIG: {_where(raw, e['loc'])}{_said(e)}" for e in exc.errors()]
         raise ConfigError("\n".join(lines)) from None
-    use_approvals(config.approvals)  # the tools of this process read them from here
     return config
 
 

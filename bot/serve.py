@@ -197,7 +197,7 @@ async def _open_slack_bot(
     engine = await stack.enter_async_context(
         open_engine(
             settings,
-            slack_tools(slack.client),
+            slack_tools(slack.client, config.approvals),
             surfaces=config.surfaces,
             serving=[SOURCE, API_SOURCE] if serving_api else [SOURCE],
             check=lambda agent: check_channel_policies(agent, config),

@@ -16,7 +16,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
-from bot.config_file import approval_ttl
+from bot.config_file import Approvals
 from bot.slack.names import SlackNames
 from bot.slack.once import AMBIGUOUS, look_for, post_once, tag
 
@@ -91,8 +91,12 @@ def listed_slack_tools() -> Sequence[Tool]:
     return slack_tools(AsyncWebClient())
 
 
-def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
-    """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``."""
+def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> Sequence[Tool]:
+    """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``.
+
+    ``approvals`` says how long a post waits for its approval (BOT_CONFIG's, or the default).
+    """
+    approvals = approvals or Approvals()
     names = SlackNames(client)
 
     async def shown(messages: list[dict[str, Any]], channel: str) -> list[dict[str, Any]]:
@@ -204,7 +208,7 @@ def slack_tools(client: AsyncWebClient) -> Sequence[Tool]:
                 "could see all of what they approve: shorten it"
             )
         await _open_to_all(client, channel, ctx, names)
-        ttl = approval_ttl(_notebook(ctx))  # BOT_CONFIG's [approvals], by the thread's channel
+        ttl = approvals.ttl(_notebook(ctx))  # BOT_CONFIG's [approvals], by the thread's channel
         approved = await ctx.request_input(
             id="post", prompt=prompt, schema={"type": "boolean"}, ttl=ttl
         )

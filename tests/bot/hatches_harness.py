@@ -27,6 +27,7 @@ import aiohttp
 
 from agent import Agent, AgentRuntime, AnswerCheck, ModelRequest, SQLiteStore, ToolContext, tool
 from agent.testing import ScriptedModel, call, reply
+from bot.config_file import Approvals
 from bot.settings import Settings
 from bot.slack.app import bolt_app
 from bot.slack.channel import SlackChannel
@@ -115,7 +116,9 @@ def _on_call_only(check: AnswerCheck) -> bool:
 
 
 @asynccontextmanager
-async def running_hatches_bot(tmp_path: Path) -> AsyncIterator[Bot]:
+async def running_hatches_bot(
+    tmp_path: Path, approvals: Approvals | None = None
+) -> AsyncIterator[Bot]:
     """The real app on a local port, with tools whose requests are not yes / no."""
     hold, held = asyncio.Event(), asyncio.Event()
     echo = answering(hold, held)
@@ -133,7 +136,7 @@ async def running_hatches_bot(tmp_path: Path) -> AsyncIterator[Bot]:
         client = slack_client(
             Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
         )
-        tools = [announce, hurry, pick, count, page, *slack_tools(client)]
+        tools = [announce, hurry, pick, count, page, *slack_tools(client, approvals)]
         agent = Agent(name="bot", model=model, tools=tools, authorize_answer=_on_call_only)
         runtime = AgentRuntime(store, agent)
         await runtime.start()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent import ConfigError
-from bot.config_file import Approvals, approval_ttl, load_bot_config, use_approvals
+from bot.config_file import Approvals, load_bot_config
 from tests.bot.hatches_harness import (
     ON_CALL,
     ModalSlack,
@@ -30,11 +30,10 @@ async def bot(tmp_path: Path) -> AsyncIterator[Bot]:
 
 
 @pytest.fixture
-def quick_approvals() -> Iterator[None]:
-    """Approvals in #general wait one second (BOT_CONFIG's [approvals], as loaded)."""
-    before = use_approvals(Approvals(channels={"C0GENERAL": 1.0 / 3600}))
-    yield
-    use_approvals(before)
+async def quick_bot(tmp_path: Path) -> AsyncIterator[Bot]:
+    """The bot with approvals in #general waiting one second (BOT_CONFIG's [approvals])."""
+    async with running_hatches_bot(tmp_path, Approvals(channels={"C0GENERAL": 1.0 / 3600})) as b:
+        yield b
 
 
 async def ask(bot: Bot, text: str):
@@ -45,25 +44,21 @@ async def ask(bot: Bot, text: str):
 
 
 def test_bot_config_sets_how_long_approvals_wait_by_channel(tmp_path: Path) -> None:
-    before = use_approvals(Approvals())
-    try:
-        assert approval_ttl("C0GENERAL") == 24 * 3600  # the default
-        path = tmp_path / "bot.toml"
-        path.write_text("[approvals]\nhours = 2\nchannels = { C0SUPPORT = 0.5 }\n")
+    assert Approvals().ttl("C0GENERAL") == 24 * 3600  # the default
+    path = tmp_path / "bot.toml"
+    path.write_text("[approvals]\nhours = 2\nchannels = { C0SUPPORT = 0.5 }\n")
+    approvals = load_bot_config(path).approvals
+    assert approvals.ttl("C0SUPPORT") == 1800
+    assert approvals.ttl("C0GENERAL") == 7200
+    path.write_text("[approvals]\nhours = 0\nchannels = { general = 1 }\n")
+    with pytest.raises(ConfigError) as refused:
         load_bot_config(path)
-        assert approval_ttl("C0SUPPORT") == 1800
-        assert approval_ttl("C0GENERAL") == 7200
-        path.write_text("[approvals]\nhours = 0\nchannels = { general = 1 }\n")
-        with pytest.raises(ConfigError) as refused:
-            load_bot_config(path)
-        assert "approvals.hours" in str(refused.value)
-        assert "'general' is not a channel id" in str(refused.value)
-    finally:
-        use_approvals(before)
+    assert "approvals.hours" in str(refused.value)
+    assert "'general' is not a channel id" in str(refused.value)
 
 
-@pytest.mark.usefixtures("quick_approvals")
-async def test_a_post_nobody_approves_expires_and_the_turn_goes_on(bot: Bot):
+async def test_a_post_nobody_approves_expires_and_the_turn_goes_on(quick_bot: Bot):
+    bot = quick_bot
     ts, card = await ask(bot, "post C0GENERAL hello")
     assert "until <!date^" in json.dumps(card.blocks)  # the card says when it expires
 
