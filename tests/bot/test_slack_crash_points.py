@@ -12,53 +12,19 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from agent import SQLiteStore
 from agent.core.records import SessionKey
-from tests.bot.test_slack_process import (
-    WAIT,
-    Launch,
-    Running,
-    bot_process,
-    free_port,
-    mention,
-    post_signed,
-)
+from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
+__all__ = ["launch", "slack"]  # the process tests' fixtures, shared with the post kills
+
 FULL = "The deploy moved to Friday at noon, after the freeze."
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def launch(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Launch]:
-    port = free_port()
-    started: list[Running] = []
-
-    async def start(*, ready: str = "Serving Slack events on", **extra: str | None) -> Running:
-        proc = await bot_process(slack, tmp_path, port, stderr=asyncio.subprocess.STDOUT, **extra)
-        running = Running(proc, port, [])
-        started.append(running)
-        await running.line_starting(ready)
-        return running
-
-    try:
-        yield start
-    finally:
-        for running in started:
-            if running.proc.returncode is None:
-                running.proc.kill()
-                await running.proc.wait()
 
 
 def killing(proc: asyncio.subprocess.Process) -> object:
