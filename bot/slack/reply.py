@@ -22,16 +22,14 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.once import AMBIGUOUS, REPLY_EVENT, look_for, post_once, tag
+from bot.slack.task_lines import TaskLines, shortened
 
 __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
 
 logger = logging.getLogger("bot.slack")
 
 THINKING = "is thinking…"
-WAITING = "waiting for an answer"
 PLACEHOLDER = "…"
-MAX_TASK_TITLE = MAX_TASK_DETAILS = 256
-"""Slack's limit on one task chunk's text (its agent progress guidance)."""
 MAX_STATUS = 150
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
@@ -92,6 +90,8 @@ class ThreadReply:
         self._shown = self._pending = ""  # what the current message says; what is still to go
         self._ts: str | None = None
         self._streaming = False
+        self._tagged = False
+        """Whether the current message carries its tag (a stream gets it when it stops)."""
         self._last_flush = float("-inf")
         self._status_set = False
         self._earlier = ""
@@ -100,8 +100,7 @@ class ThreadReply:
         """How many messages of the reply came before the current one."""
         self._can_stream = thread_ts is not None
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
-        self._titles: dict[str, str] = {}
-        """Each task line's title, by call id."""
+        self._tasks = TaskLines()
         self._noted_status = False
         """Whether a note is the thread's status, to be cleared when the reply ends."""
 
@@ -138,10 +137,11 @@ class ThreadReply:
         Its stream, if Slack still holds it open, is closed first; the reply then
         rewrites that message instead of opening another.
         """
-        self._ts, self._streaming = ts, False
+        self._ts, self._streaming, self._tagged = ts, False, False
         # either way it can be updated; stopped here, it gets its tag even with no more words
         with contextlib.suppress(SlackApiError):
             await self._client.chat_stopStream(channel=self._channel, ts=ts, metadata=self._tag())
+            self._tagged = True
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""
@@ -163,13 +163,9 @@ class ThreadReply:
         line as the task's details; where nothing streams, the thread's status
         shows it while the tool runs.
         """
-        first = call_id not in self._titles
-        self._titles.setdefault(call_id, title)
-        line = {"type": "task_update", "id": call_id, "title": title[:MAX_TASK_TITLE]}
-        line["status"] = status
+        first = call_id not in self._tasks
         note = " ".join(note.split())
-        if note and first:
-            line["details"] = _shortened(note, MAX_TASK_DETAILS)
+        line = self._tasks.line(call_id, title, status, note=note)
         if self._ts is None and self._can_stream:  # a call before any words: open with it
             text, self._pending = self._pending, ""
             await self._open(text, line, stream_only=True)
@@ -181,12 +177,12 @@ class ThreadReply:
                 await self._send([line])
         if note and first and not self._streaming:
             self._noted_status = True
-            await self._set_status(_shortened(note, MAX_STATUS))
+            await self._set_status(shortened(note, MAX_STATUS))
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""
-        if call_id in self._titles:
-            await self.task(call_id, f"{self._titles[call_id]}: {WAITING}", "pending")
+        if call_id in self._tasks:
+            await self.task(call_id, self._tasks.waiting_title(call_id), "pending")
 
     async def finish(self, *, whole: Sequence[str] = (), note: str | None = None) -> None:
         """End the reply, showing every part of ``whole`` and then ``note``.
@@ -220,10 +216,12 @@ class ThreadReply:
         if not self._pending:
             if self._streaming:
                 await self._close_stream()
-            return
-        if self._ts is None and not self._pending.strip():
-            return
-        await self._flush(force=True, last=True)
+        elif self._ts is not None or self._pending.strip():
+            await self._flush(force=True, last=True)
+        if self._ts is not None and not self._tagged:
+            # Slack ended the stream before it took its tag: the update gives it one, so
+            # that a restart finds this message as the reply's, not as a stray
+            await self._update()
 
     async def _set_status(self, status: str) -> None:
         """Set (or, with "", clear) the thread's status line, best effort."""
@@ -279,7 +277,7 @@ class ThreadReply:
         if self._ts is None:
             if stream_only:
                 return
-            self._ts = await self._post(text or PLACEHOLDER)
+            self._ts, self._tagged = await self._post(text or PLACEHOLDER), True
             self._thread_ts = self._thread_ts or self._ts  # what follows goes in its thread
         self._shown = text
         if self._on_open is not None:
@@ -305,10 +303,10 @@ class ThreadReply:
                 return
             except AMBIGUOUS:  # applied or not: look for it before starting another
                 if (found := await self._find(untagged=True)) is not None:
-                    self._ts, self._streaming = found, True
+                    self._ts, self._streaming, self._tagged = found, True, False
                     return
                 continue
-            self._ts, self._streaming = str(started["ts"]), True
+            self._ts, self._streaming, self._tagged = str(started["ts"]), True, False
             return
         self._can_stream = False  # Slack cannot be reached for streams: post instead
 
@@ -338,7 +336,7 @@ class ThreadReply:
                 await self._client.chat_stopStream(
                     channel=self._channel, ts=self._ts, chunks=chunks or None, metadata=self._tag()
                 )
-                self._streaming = False
+                self._streaming, self._tagged = False, True
             else:
                 await self._client.chat_appendStream(
                     channel=self._channel, ts=self._ts, chunks=chunks
@@ -361,6 +359,7 @@ class ThreadReply:
                 await self._client.chat_stopStream(
                     channel=self._channel, ts=self._ts, metadata=self._tag()
                 )
+                self._tagged = True
 
     async def _update(self) -> None:
         assert self._ts is not None
@@ -368,9 +367,10 @@ class ThreadReply:
             await self._client.chat_update(
                 channel=self._channel,
                 ts=self._ts,
-                markdown_text=self._shown or PLACEHOLDER,
+                markdown_text=self._shown or self._tasks.as_text() or PLACEHOLDER,
                 metadata=self._tag(),
             )
+            self._tagged = True
         except SlackApiError as exc:
             logger.error("could not update reply %s: %s", self._ts, _error(exc))
 
@@ -382,10 +382,6 @@ def _cut(text: str, room: int) -> tuple[str, str]:
         if at > room // 2:
             return text[:at], text[at + len(boundary) :]
     return text[:room], text[room:]
-
-
-def _shortened(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _squashed(text: str) -> str:

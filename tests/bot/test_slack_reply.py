@@ -83,3 +83,38 @@ async def test_a_split_reply_still_shows_a_part_it_never_streamed():
         assert all(len(text) <= MAX_MESSAGE_CHARS for text in said)
         assert said[0] == "A" * 7_000
         assert said[1] == "B" * 7_000 + "\n\n" + missed
+
+
+async def test_a_stream_slack_ended_before_it_was_tagged_gets_its_tag_and_task_lines_by_update():
+    # a message of the bot's own with no tag is what a restart takes for a stray stream
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        reply = reply_in(slack, clock, thread)
+        await reply.task("call_1", "post_message", "in_progress")  # a stream of one task line
+        slack.expire_streams()  # as Slack ends a stream some minutes in
+        await reply.waiting("call_1")  # refused: message_not_in_streaming_state
+
+        await reply.finish()
+
+        [message] = slack.replies(slack.channel_id, thread)
+        assert message.stream == "expired"
+        assert message.metadata == {"event_type": "turnbot_reply", "event_payload": {"part": 0}}
+        assert message.text == "_post_message: waiting for an answer_"
+
+
+async def test_a_closing_note_whose_stream_ended_as_it_opened_still_gets_its_tag():
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        reply = reply_in(slack, clock, thread)
+        slack.on_call("chat.startStream", slack.expire_streams)  # ended before its stop
+
+        await reply.finish(note="_(superseded by a newer message)_")
+
+        [message] = slack.replies(slack.channel_id, thread)
+        assert message.text == "_(superseded by a newer message)_"
+        assert message.metadata == {"event_type": "turnbot_reply", "event_payload": {"part": 0}}
+        assert [c.error for c in slack.calls_to("chat.stopStream")] == [
+            "message_not_in_streaming_state"
+        ]
