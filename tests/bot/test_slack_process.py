@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -36,9 +37,30 @@ WAIT = 20.0
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a bot to listen on, kept out of the kernel's range for outgoing connections.
+
+    A bot killed and started again listens on the same port, and in between any
+    connection going out (to the fake Slack, say) may be given that very port if it
+    lies in the ephemeral range, so the restart would fail with "address in use".
+    """
+    low, _high = _ephemeral_ports()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free port below {low}")
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return int(low), int(high)
 
 
 @dataclass
