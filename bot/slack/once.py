@@ -6,7 +6,10 @@ again may post twice (`bot.slack.run.REPEATABLE` keeps slack_sdk from doing
 so). What the bot posts therefore carries message metadata naming what it is
 (``turnbot_reply`` with the turn, ``turnbot_ask`` with the request), and after
 an ambiguous failure, or at a restart, the bot reads the conversation back
-(``include_all_metadata``) before it posts again.
+(``include_all_metadata``) before it posts again. A read that Slack will not
+answer is asked again a few times; when it never is, nobody can tell whether the
+message is there, and `CannotTell` is raised rather than a second post made on a
+guess (a reply then stays owed, and is finished at the next start).
 
 ``chat.startStream`` takes no ``metadata`` (docs.slack.dev/reference/methods/
 chat.startStream lists none; ``chat.stopStream`` and ``chat.update`` do): a
@@ -26,7 +29,16 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-__all__ = ["AMBIGUOUS", "ASK_EVENT", "REPLY_EVENT", "find_posted", "look_for", "post_once", "tag"]
+__all__ = [
+    "AMBIGUOUS",
+    "ASK_EVENT",
+    "REPLY_EVENT",
+    "CannotTell",
+    "find_posted",
+    "look_for",
+    "post_once",
+    "tag",
+]
 
 logger = logging.getLogger("bot.slack")
 
@@ -35,6 +47,18 @@ ASK_EVENT = "turnbot_ask"
 AMBIGUOUS = (aiohttp.ClientError, asyncio.TimeoutError)
 """What a call raises when nobody can tell whether Slack applied it."""
 PAGE = 200
+READ_AGAIN_AFTER = (0.25, 0.5, 1.0)
+"""Seconds before each new try of a read Slack did not answer (slack_sdk has already
+sent it again at once after a dropped connection, and waited out a 429)."""
+PASSING = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+"""Refusals of a read that may not come again."""
+
+
+class CannotTell(Exception):
+    """Slack would not show the conversation: whether a message is in it is unknown."""
+
 
 _bot_users: weakref.WeakKeyDictionary[AsyncWebClient, str] = weakref.WeakKeyDictionary()
 
@@ -111,16 +135,28 @@ async def look_for(
     untagged: bool = False,
     after: str | None = None,
 ) -> str | None:
-    """`find_posted`, None when Slack will not show the conversation (or cannot be reached)."""
-    try:
-        return await find_posted(
-            client, channel, thread_ts, metadata, untagged=untagged, after=after
-        )
-    except SlackApiError as exc:
-        logger.warning("cannot read back %s: %s", thread_ts, exc.response.get("error"))
-    except AMBIGUOUS as exc:
-        logger.warning("cannot read back %s: %s", thread_ts, type(exc).__name__)
-    return None
+    """`find_posted`, asked again a few times while Slack does not answer it.
+
+    Raises:
+        CannotTell: Slack never showed the conversation, or refused it for good
+            (``missing_scope``, ``channel_not_found``...).
+    """
+    where = thread_ts or channel
+    for wait in (*READ_AGAIN_AFTER, None):
+        try:
+            return await find_posted(
+                client, channel, thread_ts, metadata, untagged=untagged, after=after
+            )
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            if wait is None or error not in PASSING:
+                raise CannotTell(f"Slack would not show {where}: {error}") from None
+        except AMBIGUOUS as exc:
+            if wait is None:
+                raise CannotTell(f"Slack could not show {where}: {type(exc).__name__}") from None
+        logger.info("reading %s back again in %.2f s", where, wait)
+        await asyncio.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 async def post_once(
@@ -140,6 +176,8 @@ async def post_once(
     Raises:
         SlackApiError: Slack refused the post.
         aiohttp.ClientError: Slack could not be reached, three times.
+        CannotTell: a post's answer was lost and the conversation could not be read
+            back: posting again might post twice.
     """
     for attempt in range(3):
         try:

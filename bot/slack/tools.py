@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
 from bot.config_file import Approvals
 from bot.slack.names import SlackNames
-from bot.slack.once import AMBIGUOUS, look_for, post_once, tag
+from bot.slack.once import AMBIGUOUS, CannotTell, look_for, post_once, tag
 
 __all__ = ["POST_EVENT", "THREAD_TOOLS", "listed_slack_tools", "post_tag", "slack_tools"]
 
@@ -218,13 +218,18 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
             return {"posted": False, "reason": "a person denied it"}
         key = post_tag(ctx.idempotency_key)
         # a replay after a crash, or after a post whose answer was lost: posted once
-        already = await look_for(client, channel, None, key)
-        if already is not None:
-            return {"posted": True, "ts": already}
         try:
+            already = await look_for(client, channel, None, key)
+            if already is not None:
+                return {"posted": True, "ts": already}
             posted = await post_once(client, channel, None, key, text=text)
         except SlackApiError as exc:
             raise ToolError(f"Slack refused the post: {exc.response.get('error')}") from None
+        except CannotTell as exc:
+            raise ToolError(
+                f"{exc}, so it cannot be told whether this post was made already: it is not"
+                " made again on a guess"
+            ) from None
         except AMBIGUOUS as exc:
             raise ToolError(
                 f"Slack could not be reached ({type(exc).__name__}), and the post is not in"

@@ -17,9 +17,12 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.settings import Settings
+from bot.slack.once import CannotTell, post_once, tag
 from bot.slack.run import slack_client
 from tests.bot.slack_harness import Bot, ask_for_approval, running_bot
 from tests.fakes.slack_api import FakeSlack
+
+MARK = tag("turnbot_reply", turn="T0TEAM:C0GENERAL:1.0", since=0, part=0)
 
 
 @pytest.fixture
@@ -93,6 +96,41 @@ async def test_a_rate_limited_post_waits_and_is_posted_once(slack: FakeSlack):
 
     assert [m.text for m in slack.messages(slack.channel_id)] == ["once"]
     assert [c.status for c in slack.calls_to("chat.postMessage")] == [429, 200]
+
+
+async def test_a_read_back_slack_did_not_answer_is_asked_again_and_finds_the_lost_post(
+    slack: FakeSlack,
+):
+    client = client_of(slack)
+    root = slack.post_user_message(slack.channel_id, "<@U0BOT> hi")
+    slack.drop_connection("chat.postMessage", applied=True)
+    # three drops: slack_sdk's own two retries are used up, then the bot asks again
+    slack.drop_connection("conversations.replies", applied=True, times=3)
+
+    ts = await post_once(client, slack.channel_id, root, MARK, markdown_text="once")
+
+    assert [(m.ts, m.text) for m in slack.replies(slack.channel_id, root)] == [(ts, "once")]
+    assert [c.status for c in slack.calls_to("conversations.replies")] == [0, 0, 0, 200]
+    assert len(slack.calls_to("chat.postMessage")) == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "reads"), [("internal_error", 4), ("missing_scope", 1)], ids=["passing", "for-good"]
+)
+async def test_a_post_whose_answer_was_lost_is_not_made_again_when_it_cannot_be_read_back(
+    slack: FakeSlack, error: str, reads: int
+):
+    client = client_of(slack)
+    root = slack.post_user_message(slack.channel_id, "<@U0BOT> hi")
+    slack.drop_connection("chat.postMessage", applied=True)
+    slack.fail_next("conversations.replies", error, times=4)
+
+    with pytest.raises(CannotTell, match=error):
+        await post_once(client, slack.channel_id, root, MARK, markdown_text="once")
+
+    assert [m.text for m in slack.replies(slack.channel_id, root)] == ["once"]
+    assert len(slack.calls_to("chat.postMessage")) == 1  # never sent again on a guess
+    assert len(slack.calls_to("conversations.replies")) == reads  # a refusal for good: once
 
 
 # --- the whole bot, on a Slack that drops connections ------------------------------

@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import working_blocks
 from bot.slack.channel.delivery import Thread
-from bot.slack.once import AMBIGUOUS, look_for, post_once, tag
+from bot.slack.once import AMBIGUOUS, CannotTell, look_for, post_once, tag
 from bot.texts import WORKING
 
 __all__ = ["STOP_EVENT", "StopMessage"]
@@ -59,10 +59,14 @@ class StopMessage:
 
     async def recover(self) -> None:
         """Take back the message a stopped process posted (it is deleted at the turn's end)."""
-        if self._thread.thread_ts is not None:
+        if self._thread.thread_ts is None:
+            return
+        try:
             self._ts = await look_for(
                 self._client, self._thread.channel, self._thread.thread_ts, self._tag
             )
+        except CannotTell as exc:  # the reply matters more than its button: go on without
+            logger.warning("turn %s: its Stop button is not known: %s", self._turn_id, exc)
 
     async def show(self) -> None:
         """Post the message, unless it is up already (best effort: the turn goes on anyway)."""
@@ -82,7 +86,7 @@ class StopMessage:
             )
         except SlackApiError as exc:
             logger.warning("turn %s: no Stop button: %s", self._turn_id, exc.response.get("error"))
-        except AMBIGUOUS as exc:
+        except (*AMBIGUOUS, CannotTell) as exc:
             logger.warning("turn %s: no Stop button: %s", self._turn_id, type(exc).__name__)
 
     async def remove(self) -> None:
