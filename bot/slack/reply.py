@@ -115,11 +115,6 @@ class ThreadReply:
         return self._thread_ts
 
     @property
-    def is_streaming(self) -> bool:
-        """Whether the current message is an open stream (a stream takes no blocks)."""
-        return self._streaming
-
-    @property
     def has_text(self) -> bool:
         """Whether any text is in the reply yet."""
         return bool(self._shown or self._pending)
@@ -137,11 +132,12 @@ class ThreadReply:
         Its stream, if Slack still holds it open, is closed first; the reply then
         rewrites that message instead of opening another.
         """
-        self._ts, self._streaming, self._tagged = ts, False, False
-        # either way it can be updated; stopped here, it gets its tag even with no more words
+        # Either way it can be updated; stopped here, it gets its tag even with no more
+        # words. Refused, it was stopped already, with its tag (every stop carries one),
+        # unless Slack ended it first and the process died before tagging it (left alone).
+        self._ts, self._streaming, self._tagged = ts, False, True
         with contextlib.suppress(SlackApiError):
             await self._client.chat_stopStream(channel=self._channel, ts=ts, metadata=self._tag())
-            self._tagged = True
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""

@@ -45,9 +45,10 @@ from bot.texts import HELD, ONLY_PARTICIPANTS_STOP, stopped_by, withdrawn_by
 from tests.bot.hatches_harness import click_on, running_hatches_bot, wait_until
 from tests.bot.slack_harness import SECRET, WAIT, Bot, PausingModel, announce, ask_for_approval
 from tests.fakes.local_server import serve_locally
-from tests.fakes.slack_api import FakeSlack, Message
+from tests.fakes.slack_api import STREAM_METHODS, FakeSlack, Message
 
 WAITING = "wait for the signal"
+SAYING_WAITING = "say a word, then wait for the signal"
 
 
 @dataclasses.dataclass
@@ -73,6 +74,8 @@ def answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
         return reply(f"done: {last.result}")
+    if SAYING_WAITING in last.text:
+        return reply("On it.", call("wait_for_signal", {}))
     if WAITING in last.text:
         return reply("", call("wait_for_signal", {}))
     return reply(f"you said: {last.text}")
@@ -186,6 +189,28 @@ async def test_a_running_turn_shows_a_stop_button_its_asker_can_use_and_a_strang
         assert stop_posts(slack) == 1
 
 
+async def test_a_reply_posted_where_slack_offers_no_stream_has_a_stop_button_too(
+    tmp_path: Path, slack: FakeSlack
+):
+    slack.disable(*STREAM_METHODS)
+    signal = Signal()
+    async with serving(tmp_path, slack, signal) as bot:
+        ts = await mention(bot, SAYING_WAITING)
+        await asyncio.wait_for(signal.waiting.wait(), WAIT)
+        shown = await stop_button_in(slack, ts)
+
+        await click_on(bot, shown, "Stop", slack.user_id)
+
+        session_id, turn_id = turn_key(slack, ts)
+        result = await bot.runtime.session("bot", session_id).result(turn_id)
+        assert isinstance(result, Cancelled)
+        [said] = await bot.written_replies(ts)
+        assert said.text == f"On it.\n\n{stopped_by(slack.user_id)}"
+        assert said.stream is None  # posted and updated, never streamed
+        assert stop_messages(slack, ts) == []
+        assert stop_posts(slack) == 1
+
+
 async def test_the_stop_button_goes_when_the_turn_ends_and_a_restart_never_posts_a_second(
     tmp_path: Path, slack: FakeSlack
 ):
@@ -244,6 +269,8 @@ async def test_a_withdrawn_request_ends_its_reply_naming_the_admin_once(tmp_path
             lambda: any(m.text == line for m in bot.slack.replies(bot.slack.channel_id, ts)),
             "the thread was told",
         )
+        # the note lands before the withdrawal forgets what the thread was owed
+        await wait_until(lambda: bot.channel.in_flight == 0, "the withdrawal done")
         next_start = SlackChannel(bot.runtime, "bot", bot.client, bot_user_id="U0BOT")
         assert await next_start.resume_replies() == 0  # nothing owed: it is not told again
         said = [m.text for m in bot.slack.replies(bot.slack.channel_id, ts)]

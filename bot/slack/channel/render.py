@@ -324,9 +324,7 @@ class _ShownReply:
     async def _keep_reply(self, ts: str) -> None:
         """Keep each new message of the reply as it opens: one too long goes on in the next."""
         self._opened.append(ts)
-        if self._at_work and self._reply.is_streaming:
-            # after the stream, so that it sits under it; posted (not streamed) replies
-            # show none: one more message would stand beside a reply still being written
+        if self._at_work:  # under the reply's first message, streamed or posted
             await self.stop.show()
         state = DeliveryState(
             reply=self._opened[0], more=tuple(self._opened[1:]), since=self._since

@@ -5,10 +5,11 @@ Slack's streaming methods take no blocks while a stream is open
 ``markdown_text``, ``chat.appendStream`` the same; only ``chat.stopStream``
 takes ``blocks``, rendered once the stream is finished), so the button cannot
 ride on a streamed reply. It goes in a small message of the bot's own instead,
-posted once under the reply when its stream opens (tagged ``turnbot_stop`` with
-the turn, so a post whose answer was lost, or a restart, finds it rather than
-posting a second) and deleted when the turn ends or waits for a person, before
-the reply's last words land. A reply that is posted, not streamed, shows none.
+posted once under the reply when its first message opens (tagged ``turnbot_stop``
+with the turn, so a post whose answer was lost, or a restart, finds it rather
+than posting a second) and deleted when the turn ends or waits for a person,
+before the reply's last words land. A reply that is posted and updated (where
+Slack offers no stream) shows it too.
 
 Slack's own Stop for agent sessions (``agents.sessions.setStatus``,
 ``agent_session_stopped``) needs the agent surface, which this app does not
