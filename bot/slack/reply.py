@@ -21,7 +21,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.once import AMBIGUOUS, REPLY_EVENT, look_for, post_once, tag
+from bot.slack.once import AMBIGUOUS, REPLY_EVENT, CannotTell, look_for, post_once, tag
 from bot.slack.task_lines import TaskLines, shortened
 
 __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
@@ -132,12 +132,15 @@ class ThreadReply:
         Its stream, if Slack still holds it open, is closed first; the reply then
         rewrites that message instead of opening another.
         """
-        # Either way it can be updated; stopped here, it gets its tag even with no more
-        # words. Refused, it was stopped already, with its tag (every stop carries one),
-        # unless Slack ended it first and the process died before tagging it (left alone).
+        # Either way it can be updated; stopped here, it gets its tag even with no more words
         self._ts, self._streaming, self._tagged = ts, False, True
-        with contextlib.suppress(SlackApiError):
+        try:
             await self._client.chat_stopStream(channel=self._channel, ts=ts, metadata=self._tag())
+        except SlackApiError:
+            # stopped already: by the process before, with the tag (every stop carries it),
+            # or by Slack, with none; the end of the reply tags it then
+            with contextlib.suppress(CannotTell):
+                self._tagged = await self._find(untagged=False) == ts
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""

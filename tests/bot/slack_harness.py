@@ -270,8 +270,11 @@ class Bot:
 
 
 @asynccontextmanager
-async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
-    """The app served on a local port, its client talking to a fresh fake Slack."""
+async def running_bot(tmp_path: Path, **channel_options: Any) -> AsyncIterator[Bot]:
+    """The app served on a local port, its client talking to a fresh fake Slack.
+
+    ``channel_options`` go to the `SlackChannel` (``reply_retries``...).
+    """
     hold, held = asyncio.Event(), asyncio.Event()
     model = PausingModel(ScriptedModel(answering(hold, held)), hold, held)
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
@@ -282,7 +285,9 @@ async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
         tools = [announce, hurry, *slack_tools(client)]
         runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=tools))
         await runtime.start()
-        channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
+        channel = SlackChannel(
+            runtime, "bot", client, bot_user_id=slack.bot_user_id, **channel_options
+        )
         runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
         try:
             yield Bot(slack, url, http, model, runtime, hold, held, channel, client)

@@ -9,6 +9,9 @@ for what the first attempt did (message metadata, read back with
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.settings import Settings
 from bot.slack.once import CannotTell, post_once, tag
 from bot.slack.run import slack_client
-from tests.bot.slack_harness import Bot, ask_for_approval, running_bot
+from tests.bot.slack_harness import WAIT, Bot, ask_for_approval, running_bot
 from tests.fakes.slack_api import FakeSlack
 
 MARK = tag("turnbot_reply", turn="T0TEAM:C0GENERAL:1.0", since=0, part=0)
@@ -185,3 +188,37 @@ async def test_an_approval_card_whose_connection_dropped_is_shown_once(bot: Bot,
 
     cards = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.blocks]
     assert [m.ts for m in cards] == [approval.ts]
+
+
+async def test_a_reply_slack_could_not_take_is_shown_once_slack_is_back_without_a_restart(
+    tmp_path: Path,
+):
+    async with running_bot(tmp_path, reply_retries=(0.1, 0.1)) as bot:
+        bot.slack.disable("chat.startStream")  # a posted reply: its first post is refused
+        bot.slack.fail_next("chat.postMessage", "service_unavailable", times=2)
+
+        ts = await mentioned(bot, "are you there?")
+
+        assert [m.text for m in await bot.written_replies(ts)] == ["you said: are you there?"]
+        posts = [c.error for c in bot.slack.calls_to("chat.postMessage")]
+        assert posts == ["service_unavailable", "service_unavailable", None]
+
+
+async def test_a_reply_slack_refuses_for_good_is_not_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="bot.slack")
+    async with running_bot(tmp_path, reply_retries=(0.01,)) as bot:
+        bot.slack.disable("chat.startStream")
+        bot.slack.fail_next("chat.postMessage", "not_in_channel")
+
+        await mentioned(bot, "are you there?")
+
+        refused = "Slack refused the reply: not_in_channel"
+        deadline = time.monotonic() + WAIT
+        while not any(refused in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the refusal was never logged"
+            await asyncio.sleep(0.01)
+        # the choice to try again is made as the refusal is logged: none was
+        assert not [r for r in caplog.records if "tried again" in r.getMessage()]
+        assert len(bot.slack.calls_to("chat.postMessage")) == 1

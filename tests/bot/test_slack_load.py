@@ -258,7 +258,13 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             assert await asyncio.wait_for(bot.proc.wait(), WAIT) == 0
             assert len(bot.killed_at) == KILLS
 
-            await check_invariants(slack, store, threads)
+            try:
+                await check_invariants(slack, store, threads)
+            except AssertionError:
+                print(f"killed at: {bot.killed_at}")  # what the failure report shows
+                for thread in threads:
+                    print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
+                raise
         finally:
             await store.close()
 
@@ -289,6 +295,22 @@ def _stream_refused_twice(slack: FakeSlack, thread: Thread) -> bool:
         if call.params.get("thread_ts") == thread.root
     ]
     return any(not a and not b for a, b in itertools.pairwise(tries))
+
+
+def _calls_in(slack: FakeSlack, thread: Thread) -> list[str]:
+    """The Web API calls made in the thread, one line each, for a failure's report."""
+    shown: list[str] = []
+    ours: set[str] = set()
+    for call in slack.calls:
+        params = call.params
+        answer = call.response
+        if params.get("thread_ts") == thread.root or params.get("ts") in ours:
+            ours.update(str(v) for v in (answer.get("ts"),) if v)
+            keep = ("ts", "metadata", "chunks", "markdown_text", "text")
+            said = {k: params[k] for k in keep if k in params}
+            brief = answer.get("error") or answer.get("ts") or call.status
+            shown.append(f"{call.at:.3f} {call.method} {said} -> {brief}"[:300])
+    return shown
 
 
 def _all_shown(slack: FakeSlack, threads: list[Thread]) -> bool:

@@ -118,3 +118,32 @@ async def test_a_closing_note_whose_stream_ended_as_it_opened_still_gets_its_tag
         assert [c.error for c in slack.calls_to("chat.stopStream")] == [
             "message_not_in_streaming_state"
         ]
+
+
+async def test_an_adopted_stream_slack_ended_untagged_is_tagged_and_a_tagged_one_left_as_it_is():
+    async with FakeSlack() as slack:
+        clock = Clock()
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+        opened = {"channel": slack.channel_id, "thread_ts": thread}
+        to = {"recipient_user_id": slack.user_id, "recipient_team_id": slack.team_id}
+        chunks = [{"type": "markdown_text", "text": "Half"}]
+        # what a process left: a stream Slack then ended before anyone tagged it
+        stray = (await client.chat_startStream(**opened, **to, chunks=chunks))["ts"]
+        slack.expire_streams()
+
+        reply = reply_in(slack, clock, thread)
+        await reply.adopt(stray)
+        await reply.finish(whole=["Half"])
+
+        [message] = slack.replies(slack.channel_id, thread)
+        assert message.metadata == {"event_type": "turnbot_reply", "event_payload": {"part": 0}}
+        assert message.text == "Half"
+        updates = len(slack.calls_to("chat.update"))
+        assert updates == 1
+
+        again = reply_in(slack, clock, thread)  # a next start: stopped and tagged already
+        await again.adopt(stray)
+        await again.finish()  # nothing missing
+        assert len(slack.calls_to("chat.update")) == updates
+        assert [m.text for m in slack.replies(slack.channel_id, thread)] == ["Half"]

@@ -1,9 +1,9 @@
 """The Slack channel: a signed event becomes an attested turn; its reply lands in the thread.
 
-Bolt acknowledges an event before its listener runs and keeps no reference to
-the listener's task, so the listener only hands the event over: admitting the
-turn and showing its reply run in tasks this channel keeps, waits for at
-shutdown, and logs when they fail. The turn itself runs in the engine's
+Slack never sends an acknowledged event again, so an event is acknowledged only
+once its turn is admitted (in the store); showing its reply runs in a task this
+channel keeps, waits for at shutdown, and logs when it fails (Bolt keeps no
+reference to a listener's work). The turn itself runs in the engine's
 session worker; a crash leaves it on disk for the next start.
 
 The channel's parts, each in a module of its own: `delivery` (what a thread
@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from bot.slack.channel.decisions import Decisions
 from bot.slack.channel.delivery import Deliveries, Thread
 from bot.slack.channel.recovery import Recovery, check_target
 from bot.slack.channel.render import ReplyRenderer
-from bot.slack.channel.watching import Watching
+from bot.slack.channel.watching import REPLY_RETRIES, Watching
 from bot.slack.inbound import Ignored, Inbound, read_event
 from bot.texts import WAITING_FOR_APPROVAL, waiting_for_approval
 
@@ -56,6 +56,8 @@ class SlackChannel:
             unfinished turn (never one waiting for an approval).
         flush_every: Seconds between appends to a streamed reply.
         policies: The policies turns start under, by channel.
+        reply_retries: Seconds before each new try at a reply Slack could not take
+            for a passing reason (see `bot.slack.channel.watching`).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class SlackChannel:
         replace_in_flight: bool = True,
         flush_every: float = 1.0,
         policies: PolicyBook | None = None,
+        reply_retries: Sequence[float] = REPLY_RETRIES,
     ) -> None:
         self.runtime = runtime
         self.policies = policies
@@ -78,7 +81,7 @@ class SlackChannel:
         self.replace_in_flight = replace_in_flight
         deliveries = Deliveries(runtime, agent)
         self._renderer = ReplyRenderer(runtime, agent, client, deliveries, flush_every=flush_every)
-        self._watching = Watching(self._renderer)
+        self._watching = Watching(self._renderer, retries=reply_retries)
         self._decisions = Decisions(runtime, agent, self._renderer, deliveries, self._watching)
         self._recovery = Recovery(runtime, agent, self._renderer, deliveries, self._watching)
         self._admitting_now: set[str] = set()
