@@ -541,6 +541,12 @@ async def test_a_resumed_run_starts_as_a_resume_and_a_late_subscriber_sees_the_p
     await session.observe(seen.append, turn_id=turn_id, replay=True)
     assert seen[-1].type == "input.requested"  # folded from the checkpoint
     assert seen[-1].request["id"] == "approve"
+    # and before it, the call that asked, as its run showed it (it has no result yet)
+    [shown] = [e for e in sink.events if e.type == "action.requested"]
+    asking = seen[-2]
+    assert asking.type == "action.requested"
+    assert (asking.call_id, asking.name, asking.input) == (shown.call_id, shown.name, shown.input)
+    assert asking.call_id == seen[-1].request["call_id"]
     with pytest.raises(TurnSuspendedError):
         await session.turn(speaker_input(), turn_id=turn_id)
 

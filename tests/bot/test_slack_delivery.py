@@ -67,12 +67,14 @@ async def test_a_request_parked_before_it_was_shown_is_shown_at_the_next_start(b
 
     assert await bot.channel.resume_replies() == 1
 
-    [approval] = await bot.written_replies(ts)
+    # as a process that never died shows it: the call's task line, then the request
+    asking, approval = await bot.written_replies(ts, 2)
+    assert [t["title"] for t in asking.tasks.values()] == ["announce: waiting for an answer"]
     assert approval.text == "Approval needed: Announce *the launch*?"
     # shown once: a second start finds it shown
     assert await bot.channel.resume_replies() == 0
     await bot.click("turn_approve", bot.slack.user_id, approval)
-    assert (await bot.replies_in(ts, 2))[1] == "done: {'announced': True}"
+    assert (await bot.replies_in(ts, 3))[2] == "done: {'announced': True}"
 
 
 async def test_a_reply_left_open_by_a_turn_that_ended_is_finished_at_the_next_start(bot: Bot):
