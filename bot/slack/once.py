@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Collection
 from typing import Any
 
 import aiohttp
@@ -76,6 +77,7 @@ async def find_posted(
     *,
     untagged: bool = False,
     after: str | None = None,
+    skip: Collection[str] = (),
 ) -> str | None:
     """The ts of the bot's message carrying ``metadata``, if the conversation holds one.
 
@@ -87,6 +89,8 @@ async def find_posted(
         untagged: Also take the newest message of the bot's own with no tag at all that
             is newer than every tagged one (a stream, tagged only when it stops).
         after: Only messages newer than this ts.
+        skip: Messages that are known to be another's (another turn's stream in the
+            same thread): never taken for an untagged one.
 
     Raises:
         slack_sdk.errors.SlackApiError: Slack refused to show the conversation.
@@ -120,7 +124,7 @@ async def find_posted(
         kept = message.get("metadata")
         if kept == metadata:
             return str(message["ts"])
-        if kept is None:
+        if kept is None and message.get("ts") not in skip:
             orphan = str(message["ts"])
         elif isinstance(kept, dict) and kept.get("event_type") in (REPLY_EVENT, ASK_EVENT):
             orphan = None  # an untagged one before a tagged one belongs to an earlier reply
@@ -134,6 +138,7 @@ async def look_for(
     metadata: dict[str, Any],
     untagged: bool = False,
     after: str | None = None,
+    skip: Collection[str] = (),
 ) -> str | None:
     """`find_posted`, asked again a few times while Slack does not answer it.
 
@@ -145,7 +150,7 @@ async def look_for(
     for wait in (*READ_AGAIN_AFTER, None):
         try:
             return await find_posted(
-                client, channel, thread_ts, metadata, untagged=untagged, after=after
+                client, channel, thread_ts, metadata, untagged=untagged, after=after, skip=skip
             )
         except SlackApiError as exc:
             error = exc.response.get("error")

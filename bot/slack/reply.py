@@ -12,16 +12,18 @@ next, cut at a paragraph; each is posted once, tagged with the reply's key (`bot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.once import AMBIGUOUS, REPLY_EVENT, CannotTell, look_for, post_once, tag
+from bot.slack.reply_text import cut, markdown_chunk, squashed
 from bot.slack.task_lines import TaskLines, shortened
 
 __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
@@ -56,6 +58,10 @@ class ThreadReply:
             reply starts in it), so that a post whose answer was lost is found, not
             made again.
         after: The ts its messages are newer than (what it answers).
+        taken: Awaited for the ts of messages other replies hold, which an untagged
+            message found in the thread is never taken for (two turns streaming at once).
+        opening: Held while a stream is opened or a lost one looked for, shared by the
+            replies of one thread: what one opens is known before another looks.
         flush_every: Seconds between stream appends (``chat.appendStream`` is Tier 4,
             about 100 a minute per workspace: a reply takes at most 60 of them).
         update_every: Seconds between updates of a message that is not streamed
@@ -73,6 +79,8 @@ class ThreadReply:
         on_open: OnOpen | None = None,
         key: dict[str, str | int] | None = None,
         after: str | None = None,
+        taken: Callable[[], Awaitable[Collection[str]]] | None = None,
+        opening: asyncio.Lock | None = None,
         flush_every: float = 1.0,
         update_every: float = 1.5,
         clock: Callable[[], float] = time.monotonic,
@@ -84,6 +92,8 @@ class ThreadReply:
         self._on_open = on_open
         self._key = key or {}
         self._after = after
+        self._taken = taken
+        self._opening = opening or asyncio.Lock()
         self._flush_every = flush_every
         self._update_every = update_every
         self._clock = clock
@@ -121,7 +131,10 @@ class ThreadReply:
 
     async def recover(self) -> str | None:
         """Adopt (and return) a message a stopped process opened for the reply but never kept."""
-        ts = await self._find(untagged=self._can_stream)
+        async with self._opening:
+            ts = await self._find(untagged=self._can_stream)
+            if ts is not None:
+                self._ts = ts  # known to the thread's other replies from here on
         if ts is not None:
             await self.adopt(ts)
         return ts
@@ -201,8 +214,8 @@ class ThreadReply:
 
     async def _finish(self, whole: Sequence[str], note: str | None) -> None:
         # blanks aside: a split eats the paragraph break it cuts at
-        seen = _squashed(self._earlier + self._shown + self._pending)
-        missing = [part for part in whole if _squashed(part) not in seen]
+        seen = squashed(self._earlier + self._shown + self._pending)
+        missing = [part for part in whole if squashed(part) not in seen]
         if missing and self._earlier:
             # the messages before this one stay as they are: what they lack comes last
             self._pending += "\n\n" + "\n\n".join(missing)
@@ -245,7 +258,7 @@ class ThreadReply:
         text, self._pending = self._pending, ""
         while len(self._shown) + len(text) > MAX_MESSAGE_CHARS:
             room = MAX_MESSAGE_CHARS - len(self._shown)
-            head, text = _cut(text, room) if room > 0 else ("", text)
+            head, text = cut(text, room) if room > 0 else ("", text)
             await self._write(head, last=True)
             self._earlier += self._shown
             self._part += 1
@@ -262,7 +275,7 @@ class ThreadReply:
         if self._streaming:
             if not text and not last:
                 return
-            if await self._send([_markdown(text)] if text else [], stop=last):
+            if await self._send([markdown_chunk(text)] if text else [], stop=last):
                 self._shown += text
                 return
         self._shown += text
@@ -286,35 +299,37 @@ class ThreadReply:
         user, team = self._recipient
         assert self._thread_ts is not None  # a stream is only tried in a thread
         # a stream keeps to chunks throughout: Slack refuses markdown_text after chunks
-        chunks = ([_markdown(text)] if text else []) + ([task] if task else [])
-        for _ in range(2):
-            try:
-                started = await self._client.chat_startStream(
-                    channel=self._channel,
-                    thread_ts=self._thread_ts,
-                    chunks=chunks or None,
-                    recipient_user_id=user,
-                    recipient_team_id=team,
-                )
-            except SlackApiError as exc:
-                logger.info("no streaming here (%s): posting the reply instead", _error(exc))
-                self._can_stream = False
-                return
-            except AMBIGUOUS:  # applied or not: look for it before starting another
-                if (found := await self._find(untagged=True)) is not None:
-                    self._ts, self._streaming, self._tagged = found, True, False
+        chunks = ([markdown_chunk(text)] if text else []) + ([task] if task else [])
+        async with self._opening:  # the thread's other replies look meanwhile
+            for _ in range(2):
+                try:
+                    started = await self._client.chat_startStream(
+                        channel=self._channel,
+                        thread_ts=self._thread_ts,
+                        chunks=chunks or None,
+                        recipient_user_id=user,
+                        recipient_team_id=team,
+                    )
+                except SlackApiError as exc:
+                    logger.info("no streaming here (%s): posting the reply instead", _error(exc))
+                    self._can_stream = False
                     return
-                continue
-            self._ts, self._streaming, self._tagged = str(started["ts"]), True, False
-            return
-        self._can_stream = False  # Slack cannot be reached for streams: post instead
+                except AMBIGUOUS:  # applied or not: look for it before starting another
+                    if (found := await self._find(untagged=True)) is not None:
+                        self._ts, self._streaming, self._tagged = found, True, False
+                        return
+                    continue
+                self._ts, self._streaming, self._tagged = str(started["ts"]), True, False
+                return
+            self._can_stream = False  # Slack cannot be reached for streams: post instead
 
     def _tag(self) -> dict[str, Any]:  # ``part``: how many messages came before it
         return tag(REPLY_EVENT, **self._key, part=self._part)
 
     async def _find(self, *, untagged: bool) -> str | None:
+        skip = await self._taken() if untagged and self._taken is not None else ()
         return await look_for(
-            self._client, self._channel, self._thread_ts, self._tag(), untagged, self._after
+            self._client, self._channel, self._thread_ts, self._tag(), untagged, self._after, skip
         )
 
     async def _post(self, text: str) -> str:
@@ -372,23 +387,6 @@ class ThreadReply:
             self._tagged = True
         except SlackApiError as exc:
             logger.error("could not update reply %s: %s", self._ts, _error(exc))
-
-
-def _cut(text: str, room: int) -> tuple[str, str]:
-    """``text`` cut in two, the first part at most ``room`` long, at a paragraph if it can."""
-    for boundary in ("\n\n", "\n", " "):
-        at = text.rfind(boundary, 0, room)
-        if at > room // 2:
-            return text[:at], text[at + len(boundary) :]
-    return text[:room], text[room:]
-
-
-def _squashed(text: str) -> str:
-    return "".join(text.split())
-
-
-def _markdown(text: str) -> dict[str, str]:
-    return {"type": "markdown_text", "text": text}
 
 
 def _error(exc: Exception) -> Any:

@@ -258,13 +258,13 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             assert await asyncio.wait_for(bot.proc.wait(), WAIT) == 0
             assert len(bot.killed_at) == KILLS
 
-            try:
-                await check_invariants(slack, store, threads)
-            except AssertionError:
-                print(f"killed at: {bot.killed_at}")  # what the failure report shows
-                for thread in threads:
-                    print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
-                raise
+            await check_invariants(slack, store, threads)
+        except AssertionError:
+            print(f"killed at: {bot.killed_at}")  # what the failure report shows
+            for thread in threads:
+                print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
+                print("  shown:", *(m.text for m in _shown(slack, thread)), sep="\n    ")
+            raise
         finally:
             await store.close()
 

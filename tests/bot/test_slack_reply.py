@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.settings import Settings
 from bot.slack.reply import MAX_MESSAGE_CHARS, ThreadReply
+from bot.slack.run import slack_client
 from tests.fakes.slack_api import FakeSlack
 
 
@@ -147,3 +149,44 @@ async def test_an_adopted_stream_slack_ended_untagged_is_tagged_and_a_tagged_one
         await again.finish()  # nothing missing
         assert len(slack.calls_to("chat.update")) == updates
         assert [m.text for m in slack.replies(slack.channel_id, thread)] == ["Half"]
+
+
+async def test_a_lost_stream_opening_never_takes_another_turns_stream_in_the_thread_for_its_own():
+    # a newer message supersedes a reply still streaming: for a moment both stream
+    async with FakeSlack() as slack:
+        thread = slack.post_user_message(slack.channel_id, "hi")
+        # the bot's client: a dropped connection sends no stream opening again
+        client = slack_client(
+            Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
+        )
+        to = {"recipient_user_id": slack.user_id, "recipient_team_id": slack.team_id}
+        chunks = [{"type": "markdown_text", "text": "the older turn's words"}]
+        older = await client.chat_startStream(
+            channel=slack.channel_id, thread_ts=thread, chunks=chunks, **to
+        )
+
+        async def taken() -> set[str]:
+            return {older["ts"]}  # what the older turn's kept state names
+
+        newer = ThreadReply(
+            client,
+            channel=slack.channel_id,
+            thread_ts=thread,
+            recipient_user=slack.user_id,
+            team=slack.team_id,
+            taken=taken,
+            clock=Clock(),
+        )
+        slack.drop_connection("chat.startStream", applied=False)  # unknown: looked for
+
+        await newer.add_text("the newer turn's words")
+        await newer.finish(whole=["the newer turn's words"])
+
+        assert slack.calls_to("conversations.replies")  # the lost opening was looked for
+        first, second = slack.replies(slack.channel_id, thread)
+        assert (first.ts, first.text, first.stream) == (
+            older["ts"],
+            "the older turn's words",
+            "streaming",
+        )
+        assert (second.ts, second.text) == (newer.ts, "the newer turn's words")

@@ -9,8 +9,9 @@ session worker; a crash leaves it on disk for the next start.
 The channel's parts, each in a module of its own: `delivery` (what a thread
 shows of a turn, kept in the store), `render` (showing a turn, one handler per
 event), `watching` (the tasks, and the claims on showing each turn),
-`decisions` (Approve / Deny) and `recovery` (replies owed at start-up, and
-turns nobody typed).
+`decisions` (Approve / Deny), `recovery` (replies owed at start-up, and
+turns nobody typed), `stopping` (the Stop button) and `neighbours` (replies
+shown in one thread at once).
 """
 
 from __future__ import annotations

@@ -138,6 +138,14 @@ class Deliveries:
             (key.session_id, turn_id): DeliveryState.from_json(kept) for key, turn_id, kept in found
         }
 
+    async def held_by_others(self, session_id: str, turn_id: str) -> set[str]:
+        """The ts of the messages the session's other turns are showing (read in the store)."""
+        held: set[str] = set()
+        for (session, turn), state in (await self.every_kept()).items():
+            if session == session_id and turn != turn_id:
+                held.update(ts for ts in (state.reply, state.shown, *(state.more or ())) if ts)
+        return held
+
     async def thread_for(self, session_id: str, turn_id: str) -> Thread | None:
         """Where a turn is shown: its session's thread, or where a turn nobody typed was put."""
         thread = thread_of(session_id)

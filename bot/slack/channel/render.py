@@ -33,6 +33,7 @@ from agent import (
 )
 from bot.slack.blocks import approval_blocks
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
+from bot.slack.channel.neighbours import Neighbours, ThreadsShowing
 from bot.slack.channel.stopping import StopMessage
 from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
@@ -71,6 +72,7 @@ class ReplyRenderer:
         self.client = client
         self.deliveries = deliveries
         self.flush_every = flush_every
+        self._threads = ThreadsShowing(deliveries)
         self._stoppers: dict[str, str] = {}
         """Who ended a turn from Slack (Stop, Withdraw), by turn id, until its end is shown."""
 
@@ -115,7 +117,8 @@ class ReplyRenderer:
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         start = since if since is not None else (kept.since or 0)
-        shown = _ShownReply(self, thread, turn_id, start, record, reader)
+        neighbours = self._threads.join(thread, turn_id)
+        shown = _ShownReply(self, thread, turn_id, start, record, reader, neighbours)
         try:
             if kept.reply is not None or taking_up:  # a Stop button a stopped process put up
                 await shown.stop.recover()
@@ -129,6 +132,8 @@ class ReplyRenderer:
             # a reset archived the turn: there is nothing left to show
             await shown.stop.remove()
             await self.deliveries.keep(thread.session_id, turn_id, None)
+        finally:
+            neighbours.leave()
 
     async def ask(self, thread: Thread, turn_id: str, asked: JsonValue, *, proactive: bool) -> None:
         """Show a request with its Approve / Deny buttons, and keep that it was shown."""
@@ -208,6 +213,7 @@ class _ShownReply:
         since: int,
         record: TurnRecord | None,
         reader: str | None,
+        neighbours: Neighbours,
     ) -> None:
         self._renderer = renderer
         self._thread = thread
@@ -231,8 +237,11 @@ class _ShownReply:
             on_open=self._keep_reply,
             key={"turn": turn_id, "since": since},
             after=after,
+            taken=neighbours.taken,
+            opening=neighbours.lock,
             flush_every=renderer.flush_every,
         )
+        neighbours.hold(lambda: (*self._opened, self._reply.ts))
         self._said: dict[int, str] = {}
         """What the turn's steps committed for this reply, by transcript index."""
         self._attempt = 1
