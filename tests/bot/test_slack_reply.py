@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.settings import Settings
@@ -20,15 +22,21 @@ class Clock:
         return self.now
 
 
-def reply_in(slack: FakeSlack, clock: Clock, thread: str) -> ThreadReply:
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+def reply_in(
+    slack: FakeSlack,
+    clock: Clock,
+    thread: str,
+    client: AsyncWebClient | None = None,
+    **options: Any,
+) -> ThreadReply:
     return ThreadReply(
-        client,
+        client or AsyncWebClient(token=slack.token, base_url=slack.base_url),
         channel=slack.channel_id,
         thread_ts=thread,
         recipient_user=slack.user_id,
         team=slack.team_id,
         clock=clock,
+        **options,
     )
 
 
@@ -168,15 +176,7 @@ async def test_a_lost_stream_opening_never_takes_another_turns_stream_in_the_thr
         async def taken() -> set[str]:
             return {older["ts"]}  # what the older turn's kept state names
 
-        newer = ThreadReply(
-            client,
-            channel=slack.channel_id,
-            thread_ts=thread,
-            recipient_user=slack.user_id,
-            team=slack.team_id,
-            taken=taken,
-            clock=Clock(),
-        )
+        newer = reply_in(slack, Clock(), thread, client, taken=taken)
         slack.drop_connection("chat.startStream", applied=False)  # unknown: looked for
 
         await newer.add_text("the newer turn's words")

@@ -32,22 +32,19 @@ class ThreadsShowing:
     """Every thread with a reply being shown here, with its lock and its replies."""
 
     def __init__(self, deliveries: Deliveries) -> None:
-        self._deliveries = deliveries
+        self.deliveries = deliveries
         self._places: dict[tuple[str, str | None], _Place] = {}
 
     def join(self, thread: Thread, turn_id: str) -> Neighbours:
         """Take a place among the thread's replies (`Neighbours.leave` gives it back)."""
         key = (thread.channel, thread.thread_ts)
-        place = self._places.setdefault(key, _Place())
-        return Neighbours(place, self._deliveries, thread.session_id, turn_id, self._forget(key))
+        return Neighbours(self, self._places.setdefault(key, _Place()), key, thread, turn_id)
 
-    def _forget(self, key: tuple[str, str | None]) -> Callable[[], None]:
-        def forget() -> None:
-            place = self._places.get(key)
-            if place is not None and not place.replies:
-                del self._places[key]
-
-        return forget
+    def forget_if_empty(self, key: tuple[str, str | None]) -> None:
+        """Let go of a thread no reply is shown in any more."""
+        place = self._places.get(key)
+        if place is not None and not place.replies:
+            del self._places[key]
 
 
 class Neighbours:
@@ -55,17 +52,17 @@ class Neighbours:
 
     def __init__(
         self,
+        threads: ThreadsShowing,
         place: _Place,
-        deliveries: Deliveries,
-        session_id: str,
+        key: tuple[str, str | None],
+        thread: Thread,
         turn_id: str,
-        forget: Callable[[], None],
     ) -> None:
+        self._threads = threads
         self._place = place
-        self._deliveries = deliveries
-        self._session_id = session_id
+        self._key = key
+        self._session_id = thread.session_id
         self._turn_id = turn_id
-        self._forget = forget
         self.lock = place.lock
         """Held while a stream is opened or a lost one looked for."""
 
@@ -76,7 +73,7 @@ class Neighbours:
     def leave(self) -> None:
         """The reply is done: its messages are nobody's business here any more."""
         self._place.replies.pop(self, None)
-        self._forget()
+        self._threads.forget_if_empty(self._key)
 
     async def taken(self) -> set[str]:
         """The messages the thread's other replies hold, here and as kept in the store."""
@@ -87,4 +84,5 @@ class Neighbours:
             for ts in messages()
             if ts
         }
-        return here | await self._deliveries.held_by_others(self._session_id, self._turn_id)
+        deliveries = self._threads.deliveries
+        return here | await deliveries.held_by_others(self._session_id, self._turn_id)
