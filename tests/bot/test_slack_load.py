@@ -40,7 +40,7 @@ import aiohttp
 from agent import SQLiteStore
 from agent.core.records import SessionKey
 from tests.bot.test_slack_crash_points import launch, slack
-from tests.bot.test_slack_process import Launch, post_click, post_signed
+from tests.bot.test_slack_process import Launch, Running, post_click, post_signed
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -223,11 +223,13 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
     threads = [Thread(n, kind) for n, kind in enumerate(kinds)]
     slack.add_channel("C0RANDOM", members=[slack.user_id])
     bot = Bot(slack, tmp_path / "bot.db")
+    runs: list[Running] = []
     async with FakeAnthropic(answer) as api:
         claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
 
         async def start() -> None:
             running = await launch(**claude)
+            runs.append(running)
             bot.proc, bot.port, bot.generation = running.proc, running.port, bot.generation + 1
             bot.up.set()
 
@@ -264,6 +266,8 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             for thread in threads:
                 print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
                 print("  shown:", *(m.text for m in _shown(slack, thread)), sep="\n    ")
+            for generation, run in enumerate(runs, 1):
+                print(f"process {generation} said:", *run.out[-300:], sep="\n  ")
             raise
         finally:
             await store.close()
@@ -298,18 +302,24 @@ def _stream_refused_twice(slack: FakeSlack, thread: Thread) -> bool:
 
 
 def _calls_in(slack: FakeSlack, thread: Thread) -> list[str]:
-    """The Web API calls made in the thread, one line each, for a failure's report."""
+    """The Web API calls made in the thread and its messages' end state, for a failure's report."""
+    mine = [m for m in slack.replies(slack.channel_id, thread.root) if m.is_from_bot]
+    ours = {m.ts for m in mine}
     shown: list[str] = []
-    ours: set[str] = set()
     for call in slack.calls:
         params = call.params
         answer = call.response
-        if params.get("thread_ts") == thread.root or params.get("ts") in ours:
-            ours.update(str(v) for v in (answer.get("ts"),) if v)
-            keep = ("ts", "metadata", "chunks", "markdown_text", "text")
+        ours.update(
+            str(v) for v in (answer.get("ts"),) if v and params.get("thread_ts") == thread.root
+        )
+        if params.get("thread_ts") == thread.root or params.get("ts") in ours | {thread.root}:
+            keep = ("ts", "metadata", "chunks", "markdown_text", "text", "oldest")
             said = {k: params[k] for k in keep if k in params}
             brief = answer.get("error") or answer.get("ts") or call.status
+            if call.method == "conversations.replies" and call.ok:
+                brief = [m.get("ts") for m in answer.get("messages", [])]
             shown.append(f"{call.at:.3f} {call.method} {said} -> {brief}"[:300])
+    shown += [f"end: {m.ts} {m.stream} {m.metadata} {m.text[:40]!r}"[:300] for m in mine]
     return shown
 
 

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -65,9 +65,27 @@ def _ephemeral_ports() -> tuple[int, int]:
 
 @dataclass
 class Running:
+    """A bot process, with every line it printed so far.
+
+    Its output is read all the time: a pipe nobody reads fills up, and a bot that
+    then writes a log line blocks in the middle of its work.
+    """
+
     proc: asyncio.subprocess.Process
     port: int
-    out: list[str]
+    out: list[str] = field(default_factory=list)
+    _grew: asyncio.Event = field(default_factory=asyncio.Event)
+    _reading: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self._reading = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while raw := await self.proc.stdout.readline():
+            self.out.append(raw.decode(errors="replace").rstrip("\n"))
+            self._grew.set()
+        self._grew.set()
 
     async def line_starting(self, prefix: str) -> str:
         return await self.line_where(lambda line: line.startswith(prefix), prefix)
@@ -76,17 +94,22 @@ class Running:
         return await self.line_where(lambda line: text in line, text)
 
     async def line_where(self, matches: Callable[[str], bool], what: str) -> str:
-        """The first line printed that ``matches``, reading on until it comes."""
-        assert self.proc.stdout is not None
+        """The first line printed that ``matches``, waiting until it comes."""
         async with asyncio.timeout(WAIT):
             while True:
+                self._grew.clear()
                 for line in self.out:
                     if matches(line):
                         return line
-                raw = await self.proc.stdout.readline()
-                if not raw:
+                assert self._reading is not None
+                if self._reading.done():
                     raise AssertionError(f"the bot ended without {what!r}: {self.out}")
-                self.out.append(raw.decode().rstrip("\n"))
+                await self._grew.wait()
+
+    async def stopped(self) -> None:
+        """Wait for its output to end (the process has ended or closed it)."""
+        assert self._reading is not None
+        await self._reading
 
 
 @pytest.fixture
@@ -142,7 +165,7 @@ async def launch(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Launch]:
 
     async def start(*, ready: str = "Serving Slack events on", **extra: str | None) -> Running:
         proc = await bot_process(slack, tmp_path, port, stderr=asyncio.subprocess.STDOUT, **extra)
-        running = Running(proc, port, [])
+        running = Running(proc, port)
         started.append(running)
         await running.line_starting(ready)
         return running
@@ -154,24 +177,30 @@ async def launch(slack: FakeSlack, tmp_path: Path) -> AsyncIterator[Launch]:
             if running.proc.returncode is None:
                 running.proc.kill()
                 await running.proc.wait()
+            await running.stopped()
 
 
-def mention(slack: FakeSlack, text: str) -> tuple[str, dict[str, Any]]:
+def mention(
+    slack: FakeSlack, text: str, *, thread_ts: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """A person's mention in the fake Slack, and its event as Slack would deliver it."""
     said = f"<@U0BOT> {text}"
-    ts = slack.post_user_message(slack.channel_id, said)
+    ts = slack.post_user_message(slack.channel_id, said, thread_ts=thread_ts)
+    event = {
+        "type": "app_mention",
+        "user": slack.user_id,
+        "text": said,
+        "ts": ts,
+        "channel": slack.channel_id,
+        "team": slack.team_id,
+    }
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
     return ts, {
         "type": "event_callback",
         "team_id": slack.team_id,
         "event_id": f"Ev{ts}",
-        "event": {
-            "type": "app_mention",
-            "user": slack.user_id,
-            "text": said,
-            "ts": ts,
-            "channel": slack.channel_id,
-            "team": slack.team_id,
-        },
+        "event": event,
     }
 
 
