@@ -40,6 +40,7 @@ STREAM_GONE = frozenset({"message_not_in_streaming_state", "stopped_by_user", "m
 """Errors that mean the stream is closed for good (anything else may leave it open)."""
 
 OnOpen = Callable[[str], Awaitable[None]]
+OnOpening = Callable[[], Awaitable[None]]
 
 
 class ThreadReply:
@@ -54,6 +55,8 @@ class ThreadReply:
         team: Their workspace.
         on_open: Awaited with each message's ts as soon as it exists, so the
             message can be found again after a restart.
+        on_opening: Awaited before each stream is opened (a stream has no tag until it
+            stops: a restart tells whose an untagged one is by what was kept first).
         key: What names this reply in its messages' metadata (the turn, and where the
             reply starts in it), so that a post whose answer was lost is found, not
             made again.
@@ -77,6 +80,7 @@ class ThreadReply:
         recipient_user: str | None,
         team: str | None,
         on_open: OnOpen | None = None,
+        on_opening: OnOpening | None = None,
         key: dict[str, str | int] | None = None,
         after: str | None = None,
         taken: Callable[[], Awaitable[Collection[str]]] | None = None,
@@ -90,6 +94,7 @@ class ThreadReply:
         self._thread_ts = thread_ts
         self._recipient = (recipient_user, team)
         self._on_open = on_open
+        self._on_opening = on_opening
         self._key = key or {}
         self._after = after
         self._taken = taken
@@ -301,6 +306,8 @@ class ThreadReply:
         # a stream keeps to chunks throughout: Slack refuses markdown_text after chunks
         chunks = ([markdown_chunk(text)] if text else []) + ([task] if task else [])
         async with self._opening:  # the thread's other replies look meanwhile
+            if self._on_opening is not None:
+                await self._on_opening()
             for _ in range(2):
                 try:
                     started = await self._client.chat_startStream(

@@ -9,17 +9,21 @@ must be done first, the fake holds the call until the store says it is.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent import SQLiteStore
 from agent.core.records import SessionKey
+from bot.texts import SUPERSEDED
 from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply, Response
 from tests.fakes.slack_api import FakeSlack, Message
 
 __all__ = ["launch", "slack"]  # the process tests' fixtures, shared with the post kills
@@ -137,3 +141,65 @@ async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_l
 
         replies = await one_whole_reply(slack, ts)
         assert [m.text for m in replies] == [FULL]
+
+
+async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_its_neighbour(
+    slack: FakeSlack, launch: Launch
+):
+    # Slack tags a stream only when it stops. Here a superseded reply was opening its
+    # closing note's stream when the bot died, and the newer turn of the thread had no
+    # message yet: both are taken up at the next start, and the untagged stream is the
+    # superseded one's alone. The first read after the start is slow, so the newer
+    # reply's look at the thread comes first: one that took any untagged stream would.
+    alive: list[asyncio.subprocess.Process] = []
+
+    def claude_says(body: dict[str, Any]) -> Response:
+        # silent on the first question, and on the newer one until the kill
+        if "the freeze" not in json.dumps(body["messages"][-1]) or alive[0].returncode is None:
+            return Hang(Reply.text("never said"), after_events=2)
+        return Reply.text(FULL)
+
+    async with FakeAnthropic(claude_says) as api:
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        first = await launch(**claude)
+        alive.append(first.proc)
+
+        def opens_the_note(params: Any) -> bool:
+            return "superseded" in str(params.values.get("chunks"))
+
+        slack.on_call("chat.startStream", killing(first.proc), where=opens_the_note)  # type: ignore[arg-type]
+        root, envelope = mention(slack, "when is the deploy?")
+        await post_signed(first.port, envelope)
+        await until_true(lambda: len(api.requests) == 1, "the first question is with Claude")
+        newer, envelope = mention(slack, "and the freeze?", thread_ts=root)
+        await post_signed(first.port, envelope)
+        assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
+        [orphan] = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
+        assert (orphan.stream, orphan.metadata) == ("streaming", None)
+        slack.slow_down("conversations.replies", 0.5, times=1)
+
+        await launch(**claude)
+
+        def settled() -> list[tuple[str, str | None]]:
+            return [
+                (m.text, (m.metadata or {}).get("event_payload", {}).get("turn"))
+                for m in slack.replies(slack.channel_id, root)
+                if m.is_from_bot and m.stream != "streaming"
+            ]
+
+        superseded_turn = f"{slack.team_id}:{slack.channel_id}:{root}"
+        newer_turn = f"{slack.team_id}:{slack.channel_id}:{newer}"
+        expected = [(SUPERSEDED, superseded_turn), (FULL, newer_turn)]
+        await until_true(lambda: settled() == expected, lambda: f"{expected}, not {settled()}")
+        mine = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
+        assert mine[0].ts == orphan.ts  # the stream the bot died opening, taken back
+
+
+async def until_true(condition: Callable[[], bool], what: str | Callable[[], str]) -> None:
+    """Poll ``condition`` until it holds; fail after ``WAIT`` saying ``what`` was awaited."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never: {what() if callable(what) else what}")

@@ -4,8 +4,9 @@ The channel keeps one `DeliveryState` per turn it is showing: the reply
 messages being written, the request whose buttons are up, where a turn nobody
 typed was posted. The state is forgotten once the reply is finished, so a
 state left in the store at start-up is a reply still owed (see
-`bot.slack.channel.recovery`). It is persisted, so its nine keys and their
-values never change: a database written by an older bot must read the same.
+`bot.slack.channel.recovery`). It is persisted, so its keys and their values
+never change meaning: a database written by an older bot must read the same
+(a key added later reads as its default in an older state).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["Deliveries", "DeliveryState", "Thread", "team_of", "thread_of"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeliveryState:
-    """How one turn is being shown: a JSON object of up to nine keys in the store.
+    """How one turn is being shown: a JSON object of up to ten keys in the store.
 
     A field left at its default is not written, and a key that is missing (or
     holds something of another type) reads back as the default, so the states
@@ -46,6 +47,10 @@ class DeliveryState:
     thread_ts: str | None = None
     """The thread of ``channel``; None until the turn's first message opens one. It is
     written whenever ``channel`` is, even as null."""
+    opening: bool = False
+    """A stream is being opened for the reply's next message, and its ts is not kept yet:
+    an untagged stream of the bot's that a stopped process left in the thread is this
+    reply's (a stream carries its tag only once it stops)."""
 
     @classmethod
     def from_json(cls, kept: JsonValue | None) -> DeliveryState:
@@ -63,6 +68,7 @@ class DeliveryState:
             refused=_text(kept.get("refused")),
             channel=_text(kept.get("channel")),
             thread_ts=_text(kept.get("thread_ts")),
+            opening=kept.get("opening") is True,
         )
 
     def to_json(self) -> dict[str, JsonValue]:
@@ -76,6 +82,8 @@ class DeliveryState:
             kept["more"] = list(self.more)
         if self.done:
             kept["done"] = True
+        if self.opening:
+            kept["opening"] = True
         if self.channel is not None or self.thread_ts is not None:
             kept["thread_ts"] = self.thread_ts  # beside its channel, even when null
         return kept

@@ -5,9 +5,18 @@ is being shown and forgotten at the end of its reply, so each state left is a
 reply to finish. A turn still to run, or waiting on a request nobody was shown,
 is owed too. A turn nobody typed (a schedule's firing) is shown by whoever
 claims it first in the store, so two processes delivering it post it once.
+
+A stream carries no tag until it stops, so a process that died between opening
+a stream and keeping its ts left an untagged message only the reply that was
+opening it may take (its kept state says so). Those are settled first, one by
+one and before any reply goes on, so no other reply of the thread, taken up or
+new, can take one for its own.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import logging
 
 from slack_sdk.errors import SlackApiError
 
@@ -15,8 +24,11 @@ from agent import AgentRuntime, JsonValue, Suspended
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread
 from bot.slack.channel.render import ReplyRenderer, slack_error
 from bot.slack.channel.watching import Watching
+from bot.slack.once import REPLY_EVENT, CannotTell, look_for, tag
 
 __all__ = ["Recovery", "check_target"]
+
+logger = logging.getLogger("bot.slack")
 
 Owed = tuple[str, str]
 """A turn owed a reply: its session id and turn id."""
@@ -53,6 +65,9 @@ class Recovery:
             How many replies it took up.
         """
         kept = await self._deliveries.every_kept()
+        for (session_id, turn_id), state in sorted(kept.items()):
+            if state.opening:
+                kept[session_id, turn_id] = await self._settle_opening(session_id, turn_id, state)
         owed, proactive = await self._owed(kept)
         count = 0
         for session_id, turn_id in sorted(owed):
@@ -71,6 +86,33 @@ class Recovery:
             )
             count += 1
         return count
+
+    async def _settle_opening(
+        self, session_id: str, turn_id: str, state: DeliveryState
+    ) -> DeliveryState:
+        """Keep which message a stopped reply was opening as its own, if Slack holds one."""
+        thread = await self._deliveries.thread_for(session_id, turn_id)
+        if thread is None or thread.thread_ts is None:
+            return state  # a stream opens only in a thread
+        earlier = (state.reply, *(state.more or ())) if state.reply is not None else ()
+        mark = tag(REPLY_EVENT, turn=turn_id, since=state.since or 0, part=len(earlier))
+        held = await self._deliveries.held_by_others(session_id, turn_id)
+        client = self._renderer.client
+        try:
+            found = await look_for(
+                client, thread.channel, thread.thread_ts, mark, True, skip=held | set(earlier)
+            )
+        except CannotTell as exc:  # the reply looks again itself when it is taken up
+            logger.warning("turn %s: its opened stream is not known: %s", turn_id, exc)
+            return state
+        if found is None:
+            settled = dataclasses.replace(state, opening=False)
+        elif state.reply is None:
+            settled = dataclasses.replace(state, reply=found, more=(), opening=False)
+        else:  # a later message of the reply: it goes, as the reply is written again
+            settled = dataclasses.replace(state, more=(*(state.more or ()), found), opening=False)
+        await self._deliveries.keep(session_id, turn_id, settled)
+        return settled
 
     async def _owed(self, kept: dict[Owed, DeliveryState]) -> tuple[set[Owed], set[Owed]]:
         """The turns owed a reply, and which of them nobody typed."""

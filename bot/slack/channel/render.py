@@ -124,7 +124,7 @@ class ReplyRenderer:
                 await shown.stop.recover()
             if kept.reply is not None:
                 await shown.adopt(kept.reply)
-            elif taking_up:  # a message opened before a crash, whose ts was never kept
+            elif taking_up and kept.opening:  # a stream opened before a crash, its ts unkept
                 await shown.recover()
             async for event in session.stream(turn_id):
                 await shown.on(event)
@@ -158,7 +158,7 @@ class ReplyRenderer:
             )
         async with self.deliveries.writing:
             kept = await self.deliveries.load(thread.session_id, turn_id)
-            if kept.reply is not None and (kept.since or 0) >= since:
+            if (kept.reply is not None or kept.opening) and (kept.since or 0) >= since:
                 return  # a click was quicker: the continuation's own state is the newer
             await self.deliveries.keep(thread.session_id, turn_id, state)
 
@@ -235,6 +235,7 @@ class _ShownReply:
             recipient_user=speaker.user if speaker else reader,
             team=str(speaker.data.get("team")) if speaker else team_of(thread.session_id),
             on_open=self._keep_reply,
+            on_opening=self._keep_opening,
             key={"turn": turn_id, "since": since},
             after=after,
             taken=neighbours.taken,
@@ -335,8 +336,19 @@ class _ShownReply:
         self._opened.append(ts)
         if self._at_work:  # under the reply's first message, streamed or posted
             await self.stop.show()
+        await self._keep(opening=False)
+
+    async def _keep_opening(self) -> None:
+        """Keep that a stream is being opened for the reply, before it is."""
+        await self._keep(opening=True)
+
+    async def _keep(self, *, opening: bool) -> None:
+        opened = self._opened
         state = DeliveryState(
-            reply=self._opened[0], more=tuple(self._opened[1:]), since=self._since
+            reply=opened[0] if opened else None,
+            more=tuple(opened[1:]) if opened else None,
+            since=self._since,
+            opening=opening,
         )
         if self._proactive:
             place = self._reply.thread_ts or self._thread.thread_ts
