@@ -232,6 +232,26 @@ async def test_the_stop_button_goes_when_the_turn_ends_and_a_restart_never_posts
         assert len(slack.calls_to("chat.delete")) == 1
 
 
+async def test_a_stop_button_posted_unseen_is_looked_for_again_and_taken_down_at_the_end(
+    tmp_path: Path, slack: FakeSlack
+):
+    # its post's answer was lost and the thread could not be read back: it may be up
+    signal = Signal()
+    slack.drop_connection("chat.postMessage", applied=True)
+    slack.fail_next("conversations.replies", "internal_error", times=4)
+    async with serving(tmp_path, slack, signal) as bot:
+        ts = await mention(bot, WAITING)
+        await asyncio.wait_for(signal.waiting.wait(), WAIT)
+        await stop_button_in(slack, ts)
+        signal.go.set()
+
+        [said] = await bot.written_replies(ts)
+
+    assert said.text == "done: {'went': True}"
+    assert stop_messages(slack, ts) == []
+    assert stop_posts(slack) == 1
+
+
 async def test_a_held_turn_tells_its_thread_once_and_not_again_at_the_next_start(
     tmp_path: Path, slack: FakeSlack
 ):

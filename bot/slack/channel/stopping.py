@@ -57,6 +57,8 @@ class StopMessage:
         self._ts: str | None = None
         self._tried = False
         """Shown once per showing of the turn: a refusal is not tried again."""
+        self._unsure = False
+        """A post's answer was lost and could not be read back: it may be up all the same."""
 
     async def recover(self) -> None:
         """Take back the message a stopped process posted (it is deleted at the turn's end)."""
@@ -88,10 +90,14 @@ class StopMessage:
         except SlackApiError as exc:
             logger.warning("turn %s: no Stop button: %s", self._turn_id, exc.response.get("error"))
         except (*AMBIGUOUS, CannotTell) as exc:
+            self._unsure = True
             logger.warning("turn %s: no Stop button: %s", self._turn_id, type(exc).__name__)
 
     async def remove(self) -> None:
         """Delete the message: the turn ended, or waits for a person (best effort)."""
+        if self._ts is None and self._unsure:  # look once more for one that may be up
+            self._unsure = False
+            await self.recover()
         ts, self._ts = self._ts, None
         if ts is None:
             return
