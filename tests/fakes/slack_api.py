@@ -201,6 +201,19 @@ class _Fault:
     """Only a call these parameters satisfy meets the fault; others pass it by."""
 
 
+class _Refused(Refusal):
+    """A refusal of a call that a kill or a dropped connection was set on."""
+
+    def __init__(self, refusal: Refusal, fault: _Fault) -> None:
+        super().__init__(
+            refusal.error,
+            messages=refusal.messages,
+            status=refusal.status,
+            headers=refusal.headers,
+        )
+        self.fault = fault
+
+
 def _missing(name: str) -> Refusal:
     return Refusal("invalid_arguments", messages=[f"missing required field: {name}"])
 
@@ -620,6 +633,9 @@ class FakeSlack:
             values, token = await _read(request)
             body, fault = self._answer(method, _Params(values), token)
             status, headers = 200, {}
+        except _Refused as refused:
+            fault = refused.fault
+            body, status, headers = refused.body(), refused.status, refused.headers
         except Refusal as refusal:
             body, status, headers = refusal.body(), refusal.status, refusal.headers
         self.calls.append(
@@ -656,7 +672,13 @@ class FakeSlack:
             headers = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
             raise Refusal(fault.error, status=fault.status, headers=headers)
         self._expire_due()
-        return {"ok": True, **handler(params)}, fault
+        try:
+            return {"ok": True, **handler(params)}, fault
+        except Refusal as refusal:
+            if fault is None:
+                raise
+            # refused as the call was made: a kill or a drop set on it still happens
+            raise _Refused(refusal, fault) from None
 
     # --- identity
 

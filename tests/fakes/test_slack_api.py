@@ -391,6 +391,27 @@ async def test_scripted_fault_answers_once_and_changes_nothing() -> None:
     assert [m.text for m in slack.messages(slack.channel_id)] == ["second try"]
 
 
+async def test_a_kill_or_a_drop_set_on_a_call_happens_though_slack_refuses_the_call() -> None:
+    # a crash test that arms a kill on chat.stopStream must see it fire even when the
+    # stream had ended and the stop is refused: the process dies all the same
+    fired: list[str] = []
+    async with FakeSlack() as slack:
+        c = client(slack, retry_handlers=[])  # slack_sdk would send a dropped call again
+        root = slack.post_user_message(slack.channel_id, "hi")
+        ts = (await start_stream(c, slack, root))["ts"]
+        slack.expire_streams()
+        slack.on_call("chat.stopStream", lambda: fired.append("killed"))
+        with pytest.raises(SlackApiError) as refused:
+            await c.chat_stopStream(channel=slack.channel_id, ts=ts)
+        slack.drop_connection("chat.stopStream", applied=True)
+        with pytest.raises(aiohttp.ClientError):
+            await c.chat_stopStream(channel=slack.channel_id, ts=ts)
+
+    assert error_of(refused) == "message_not_in_streaming_state"
+    assert fired == ["killed"]
+    assert [c.status for c in slack.calls_to("chat.stopStream")] == [200, 0]
+
+
 async def test_disabled_streaming_answers_unknown_method() -> None:
     async with FakeSlack() as slack:
         c = client(slack)
