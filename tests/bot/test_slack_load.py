@@ -99,8 +99,11 @@ class Bot:
     generation: int = 0
     up: asyncio.Event = field(default_factory=asyncio.Event)
     killed_at: list[str] = field(default_factory=list)
+    armed: list[str] = field(default_factory=list)
+    """Where each wave's kill was set, for a failure's report."""
 
     def arm(self, method: str, applied: bool, after: int) -> None:
+        self.armed.append(f"{method} {'after' if applied else 'before'} applying, {after} later")
         fire: Callable[[], None] = lambda: self._kill(method, applied)  # noqa: E731
         self.slack.on_call(method, fire, applied=applied, after=after)
 
@@ -261,8 +264,8 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             assert len(bot.killed_at) == KILLS
 
             await check_invariants(slack, store, threads)
-        except AssertionError:
-            print(f"killed at: {bot.killed_at}")  # what the failure report shows
+        except (AssertionError, TimeoutError):
+            print(f"killed at: {bot.killed_at}; kills set: {bot.armed}")  # the failure report
             for thread in threads:
                 print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
                 print("  shown:", *(m.text for m in _shown(slack, thread)), sep="\n    ")
