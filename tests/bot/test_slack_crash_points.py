@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from agent import SQLiteStore
 from agent.core.records import SessionKey
 from bot.texts import SUPERSEDED
-from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack
+from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack, until
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply, Response
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -170,7 +169,7 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         slack.on_call("chat.startStream", killing(first.proc), where=opens_the_note)  # type: ignore[arg-type]
         root, envelope = mention(slack, "when is the deploy?")
         await post_signed(first.port, envelope)
-        await until_true(lambda: len(api.requests) == 1, "the first question is with Claude")
+        await until(lambda: len(api.requests) == 1, "the first question is with Claude")
         newer, envelope = mention(slack, "and the freeze?", thread_ts=root)
         await post_signed(first.port, envelope)
         assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
@@ -190,16 +189,6 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         superseded_turn = f"{slack.team_id}:{slack.channel_id}:{root}"
         newer_turn = f"{slack.team_id}:{slack.channel_id}:{newer}"
         expected = [(SUPERSEDED, superseded_turn), (FULL, newer_turn)]
-        await until_true(lambda: settled() == expected, lambda: f"{expected}, not {settled()}")
+        await until(lambda: settled() == expected, lambda: f"{expected}, not {settled()}")
         mine = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
         assert mine[0].ts == orphan.ts  # the stream the bot died opening, taken back
-
-
-async def until_true(condition: Callable[[], bool], what: str | Callable[[], str]) -> None:
-    """Poll ``condition`` until it holds; fail after ``WAIT`` saying ``what`` was awaited."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never: {what() if callable(what) else what}")

@@ -29,7 +29,6 @@ import os
 import random
 import re
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ import aiohttp
 from agent import SQLiteStore
 from agent.core.records import SessionKey
 from tests.bot.test_slack_crash_points import launch, slack
-from tests.bot.test_slack_process import Launch, Running, post_click, post_signed
+from tests.bot.test_slack_process import Launch, Running, post_click, post_signed, until
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -131,19 +130,6 @@ def envelope(slack: FakeSlack, text: str, ts: str, thread_ts: str | None) -> dic
     }
 
 
-async def until(condition: Callable[[], Any], what: str) -> None:
-    """Poll ``condition`` (sync or async) until it holds; fail after ``WAIT``."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        held = condition()
-        if asyncio.iscoroutine(held):
-            held = await held
-        if held:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never: {what}")
-
-
 async def turn_of(store: SQLiteStore, slack: FakeSlack, thread: Thread, ts: str) -> Any:
     key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{thread.root}")
     return (await store.load(key)).turns.get(f"{slack.team_id}:{slack.channel_id}:{ts}")
@@ -172,7 +158,7 @@ def card_in(slack: FakeSlack, thread: Thread) -> Message | None:
 async def decide(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
     """Click Approve (or Deny) on the thread's card; again if the process that took it died."""
     slack = bot.slack
-    await until(lambda: card_in(slack, thread), f"a card in thread {thread.number}")
+    await until(lambda: card_in(slack, thread), f"a card in thread {thread.number}", wait=WAIT)
     card = card_in(slack, thread)
     assert card is not None
     button = "turn_deny" if thread.kind == "deny" else "turn_approve"
@@ -186,7 +172,7 @@ async def decide(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
             turn = await turn_of(store, slack, thread, thread.latest)
             return turn.status != "suspended" or bot.generation != clicked
 
-        await until(settled_or_lost, f"the click in thread {thread.number} taken")
+        await until(settled_or_lost, f"the click in thread {thread.number} taken", wait=WAIT)
 
 
 async def run_thread(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
@@ -254,10 +240,10 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
                 await start()
                 # each turn the kill caught finishes before the next kill: none dies thrice
                 caught = functools.partial(_none_of, owed, store)
-                await until(caught, "the turns a kill caught finish")
+                await until(caught, "the turns a kill caught finish", wait=WAIT)
             await asyncio.wait_for(asyncio.gather(*tasks), WAIT)
-            await until(lambda: _all_shown(slack, threads), "every thread's reply shown")
-            await until(lambda: _none_of(None, store), "no turn left unfinished")
+            await until(lambda: _all_shown(slack, threads), "every thread's reply shown", wait=WAIT)
+            await until(lambda: _none_of(None, store), "no turn left unfinished", wait=WAIT)
             assert bot.proc is not None
             bot.proc.send_signal(signal.SIGTERM)  # stopped cleanly: nothing is still being shown
             assert await asyncio.wait_for(bot.proc.wait(), WAIT) == 0

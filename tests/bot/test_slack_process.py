@@ -112,6 +112,22 @@ class Running:
         await self._reading
 
 
+async def until(
+    condition: Callable[[], Any], what: str | Callable[[], str], *, wait: float = WAIT
+) -> None:
+    """Poll ``condition`` (sync or async) until it holds; fail after ``wait`` naming ``what``
+    (a callable is asked only then, so it can tell what there is instead)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        held = condition()
+        if asyncio.iscoroutine(held):
+            held = await held
+        if held:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never: {what() if callable(what) else what}")
+
+
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
     async with FakeSlack() as fake:

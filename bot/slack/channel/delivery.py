@@ -12,11 +12,12 @@ never change meaning: a database written by an older bot must read the same
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agent import AgentRuntime, JsonValue, SessionKey
 
-__all__ = ["Deliveries", "DeliveryState", "Thread", "team_of", "thread_of"]
+__all__ = ["Deliveries", "DeliveryState", "Thread", "messages_of_others", "team_of", "thread_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,11 +149,7 @@ class Deliveries:
 
     async def held_by_others(self, session_id: str, turn_id: str) -> set[str]:
         """The ts of the messages the session's other turns are showing (read in the store)."""
-        held: set[str] = set()
-        for (session, turn), state in (await self.every_kept()).items():
-            if session == session_id and turn != turn_id:
-                held.update(ts for ts in (state.reply, state.shown, *(state.more or ())) if ts)
-        return held
+        return messages_of_others(await self.every_kept(), session_id, turn_id)
 
     async def thread_for(self, session_id: str, turn_id: str) -> Thread | None:
         """Where a turn is shown: its session's thread, or where a turn nobody typed was put."""
@@ -169,6 +166,17 @@ class Deliveries:
         if channel is None:
             return None
         return Thread(channel, kept.thread_ts, session_id)
+
+
+def messages_of_others(
+    kept: Mapping[tuple[str, str], DeliveryState], session_id: str, turn_id: str
+) -> set[str]:
+    """The ts of the messages that states ``kept`` of the session's other turns name."""
+    held: set[str] = set()
+    for (session, turn), state in kept.items():
+        if session == session_id and turn != turn_id:
+            held.update(ts for ts in (state.reply, state.shown, *(state.more or ())) if ts)
+    return held
 
 
 def _text(value: JsonValue) -> str | None:

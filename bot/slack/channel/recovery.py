@@ -21,7 +21,7 @@ import logging
 from slack_sdk.errors import SlackApiError
 
 from agent import AgentRuntime, JsonValue, Suspended
-from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread
+from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, messages_of_others
 from bot.slack.channel.render import ReplyRenderer, slack_error
 from bot.slack.channel.watching import Watching
 from bot.slack.once import REPLY_EVENT, CannotTell, look_for, tag
@@ -67,7 +67,8 @@ class Recovery:
         kept = await self._deliveries.every_kept()
         for (session_id, turn_id), state in sorted(kept.items()):
             if state.opening:
-                kept[session_id, turn_id] = await self._settle_opening(session_id, turn_id, state)
+                settled = await self._settle_opening(session_id, turn_id, state, kept)
+                kept[session_id, turn_id] = settled
         owed, proactive = await self._owed(kept)
         count = 0
         for session_id, turn_id in sorted(owed):
@@ -88,15 +89,19 @@ class Recovery:
         return count
 
     async def _settle_opening(
-        self, session_id: str, turn_id: str, state: DeliveryState
+        self, session_id: str, turn_id: str, state: DeliveryState, kept: dict[Owed, DeliveryState]
     ) -> DeliveryState:
-        """Keep which message a stopped reply was opening as its own, if Slack holds one."""
+        """Keep which message a stopped reply was opening as its own, if Slack holds one.
+
+        ``kept`` is every state kept, as settled so far: the other turns' messages in it
+        are never taken.
+        """
         thread = await self._deliveries.thread_for(session_id, turn_id)
         if thread is None or thread.thread_ts is None:
             return state  # a stream opens only in a thread
         earlier = (state.reply, *(state.more or ())) if state.reply is not None else ()
         mark = tag(REPLY_EVENT, turn=turn_id, since=state.since or 0, part=len(earlier))
-        held = await self._deliveries.held_by_others(session_id, turn_id)
+        held = messages_of_others(kept, session_id, turn_id)
         client = self._renderer.client
         try:
             found = await look_for(
