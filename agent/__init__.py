@@ -137,23 +137,27 @@ from agent.errors import (
 from agent.models.anthropic.rules import EFFORTS, Effort
 from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
 from agent.ports import EventSink, Model, SessionStore, StoreHandle
-from agent.stores import database_path, open_store
+from agent.stores import database_path, describe_database, open_store
 from agent.stores._memory import MemoryStore
 from agent.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from agent.models.anthropic._model import AnthropicModel
-
-_LOADED_ON_USE = frozenset({"AnthropicModel"})
+    from agent.stores.postgres import PostgresStore
 
 
 def __getattr__(name: str) -> Any:
     # the SDK takes a second to import: a process that never calls Claude
-    # (a test's child, the offline demo) should not pay for it
-    if name in _LOADED_ON_USE:
+    # (a test's child, the offline demo) should not pay for it; nor psycopg one
+    # that keeps its sessions in SQLite
+    if name == "AnthropicModel":
         from agent.models.anthropic import _model
 
-        return getattr(_model, name)
+        return _model.AnthropicModel
+    if name == "PostgresStore":
+        from agent.stores import postgres
+
+        return postgres.PostgresStore
     raise AttributeError(f"module 'agent' has no attribute {name!r}")
 
 
@@ -205,6 +209,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "PolicyAnswerer",
+    "PostgresStore",
     "ReasoningDelta",
     "ResumeAuthorizationError",
     "ResumeConflictError",
@@ -251,6 +256,7 @@ __all__ = [
     "UserAnswerer",
     "UserMessage",
     "database_path",
+    "describe_database",
     "drop_held",
     "grant_answer",
     "held_turns",

@@ -50,8 +50,15 @@ T = TypeVar("T")
 class StoreHandle(Protocol):
     """The store's own connection, lent to a local tool inside the step's transaction.
 
-    Writes made through it commit or roll back with the step's checkpoint.
+    Writes made through it commit or roll back with the step's checkpoint. Its SQL
+    is the store's own dialect, placeholders included: ``paramstyle`` says which, in
+    DB-API terms (``qmark``: SQLite's ``?``; ``format``: PostgreSQL's ``%s``).
     """
+
+    @property
+    def paramstyle(self) -> str:
+        """How a statement marks its parameters: ``qmark`` or ``format``."""
+        ...
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement in the step's transaction and return its rows."""

@@ -24,6 +24,7 @@ from agent import (
     tool,
 )
 from agent.testing import ScriptedModel, call, reply
+from bot.notebook import Notebook
 
 __all__ = ["DEMO_MODEL_NAME", "LOCAL_TOOLS", "offline_model", "recall", "remember", "share_note"]
 
@@ -31,27 +32,20 @@ DEMO_MODEL_NAME = "offline demo model"
 INTRO = "(Offline demo model, not Claude: set ANTHROPIC_API_KEY for real answers.)"
 HINT = "Say “share …” to try an approval, or ask “what do you remember?”."
 
-_NOTES = "CREATE TABLE IF NOT EXISTS notes (session TEXT NOT NULL, note TEXT NOT NULL)"
+_NOTES = Notebook("notes", "session")
 
 
 @tool
 def remember(note: str, ctx: ToolContext) -> dict[str, int]:
     """Keep a note in this conversation's notebook; returns how many notes it holds."""
     # a local tool: the note commits with the step, exactly once, whatever crashes
-    ctx.store.execute(_NOTES)
-    ctx.store.execute("INSERT INTO notes VALUES (?, ?)", [ctx.session_id, note])
-    [(count,)] = ctx.store.execute("SELECT count(*) FROM notes WHERE session = ?", [ctx.session_id])
-    return {"notes": count}
+    return {"notes": _NOTES.add(ctx, ctx.session_id, note)}
 
 
 @tool
 def recall(ctx: ToolContext) -> dict[str, list[str]]:
     """Read back every note of this conversation's notebook, oldest first."""
-    ctx.store.execute(_NOTES)
-    rows = ctx.store.execute(
-        "SELECT note FROM notes WHERE session = ? ORDER BY rowid", [ctx.session_id]
-    )
-    return {"notes": [str(note) for (note,) in rows]}
+    return {"notes": _NOTES.read(ctx, ctx.session_id)}
 
 
 @tool

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from agent import database_path
+from agent import describe_database
 from bot import texts
 from bot.config_file import BotConfig, load_bot_config
 from bot.engine import Engine, open_engine, pruning
@@ -116,7 +116,7 @@ async def serve_local(settings: Settings) -> None:
         await stack.enter_async_context(listening(web_application(api), host, settings.port))
         await stack.enter_async_context(pruning(engine.log))
         address = f"http://{host}:{settings.port}/"
-        where = database_path(settings.database_url) or "memory"
+        where = describe_database(settings.database_url)
         print(texts.local_mode(address, api.model, api.offline, where), flush=True)
         await stop.wait()
 
@@ -151,7 +151,7 @@ async def run_terminal(settings: Settings, given: list[str] | None) -> None:
     """
     # nobody can answer an approval in a terminal: the tool that asks for one is left out
     async with open_engine(settings, [remember, recall]) as engine:
-        where = database_path(settings.database_url) or "memory"
+        where = describe_database(settings.database_url)
         if settings.anthropic_api_key is not None:
             print(texts.terminal_with_claude(settings.anthropic_model, where))
         else:

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+
+from tests.postgres_server import PostgresServer, find_binaries
 
 SECRET_VARS = (
     "SLACK_BOT_TOKEN",
@@ -20,3 +23,23 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in SECRET_VARS:
         if name in os.environ:
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole run (see `tests.postgres_server`)."""
+    binaries = find_binaries()
+    if binaries is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the PostgreSQL tests: install Debian's postgresql package")
+        pytest.skip("no PostgreSQL binaries in /usr/lib/postgresql (apt-get install postgresql)")
+    server = PostgresServer(binaries)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A ``postgresql://`` URL whose connections work in a schema of this test's own."""
+    return postgres_server.fresh_schema()

@@ -35,8 +35,10 @@ MAX_LINES = 400
 VENDOR_HOMES = {
     "anthropic": ("agent.models.anthropic",),
     "httpx2": ("agent.models.anthropic",),
-    "aiosqlite": ("agent.stores",),
-    "sqlite3": ("agent.stores",),  # bot's local tools use it through ctx.store only
+    "aiosqlite": ("agent.stores.sqlite",),
+    "sqlite3": ("agent.stores.sqlite",),  # bot's local tools use it through ctx.store only
+    "psycopg": ("agent.stores.postgres",),
+    "psycopg_pool": ("agent.stores.postgres",),
     "slack_bolt": ("bot.slack",),
     "slack_sdk": ("bot.slack",),
     "apscheduler": ("bot.schedules",),

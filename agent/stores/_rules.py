@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from agent.core.records import Commit, LeaseTaken, SessionKey, SessionSummary, StoredSession
-from agent.core.turns import TURN_STATUSES_UNFINISHED, TurnRecord
+from agent.core.turns import TURN_RECORD_ADAPTER, TURN_STATUSES_UNFINISHED, TurnRecord
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "counts_as_a_session",
     "is_held_by",
     "newest_first",
+    "summaries",
     "take_lease",
     "title_of",
 ]
@@ -184,6 +185,24 @@ def counts_as_a_session(live: StoredSession) -> bool:
 def title_of(first: TurnRecord | None) -> str | None:
     """A session's title in a listing: the opening text of its first live turn."""
     return first.input.text if first is not None else None
+
+
+def summaries(rows: Iterable[tuple[Any, ...]]) -> list[SessionSummary]:
+    """A SQL store's `list_sessions` rows, newest first.
+
+    Each row is a session's id, status, last log position, newest event's time and
+    its first live turn's record (JSON, or None).
+    """
+    return newest_first(
+        SessionSummary(
+            session_id=session_id,
+            status=status,
+            title=title_of(TURN_RECORD_ADAPTER.validate_json(record) if record else None),
+            last_event=last_event,
+            updated_at=updated_at,
+        )
+        for session_id, status, last_event, updated_at, record in rows
+    )
 
 
 def newest_first(found: Iterable[SessionSummary]) -> list[SessionSummary]:

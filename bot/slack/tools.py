@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import EXPIRED, Tool, ToolContext, ToolError, tool
 from bot.config_file import Approvals
+from bot.notebook import Notebook
 from bot.slack.names import SlackNames
 from bot.slack.once import AMBIGUOUS, CannotTell, look_for, post_once, tag
 
@@ -31,6 +32,7 @@ MAX_THREAD_READ = 1_000
 MAX_PROMPT_CHARS = 3_000
 """What an approval shows whole (a section's text): a post whose prompt is longer is refused."""
 POST_EVENT = "turnbot_post"
+_CHANNEL_NOTES = Notebook("channel_notes", "channel")
 """The metadata event type our posts carry, with the call's idempotency key."""
 
 
@@ -240,23 +242,12 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
     @tool
     def remember(note: str, ctx: ToolContext) -> dict[str, int]:
         """Keep a note for this channel; every thread of the channel can recall it."""
-        channel = _notebook(ctx)
-        _notes_table(ctx)
-        ctx.store.execute("INSERT INTO channel_notes VALUES (?, ?)", [channel, note])
-        [(count,)] = ctx.store.execute(
-            "SELECT count(*) FROM channel_notes WHERE channel = ?", [channel]
-        )
-        return {"notes": count}
+        return {"notes": _CHANNEL_NOTES.add(ctx, _notebook(ctx), note)}
 
     @tool
     def recall(ctx: ToolContext) -> dict[str, list[str]]:
         """The notes kept for this channel, oldest first."""
-        channel = _notebook(ctx)
-        _notes_table(ctx)
-        rows = ctx.store.execute(
-            "SELECT note FROM channel_notes WHERE channel = ? ORDER BY rowid", [channel]
-        )
-        return {"notes": [note for (note,) in rows]}
+        return {"notes": _CHANNEL_NOTES.read(ctx, _notebook(ctx))}
 
     return [read_thread, read_channel, post_message, remember, recall]
 
@@ -273,10 +264,3 @@ def _epoch(since: str) -> str:
         raise ToolError(
             f"since is seconds since the epoch or a message ts, not {since!r}"
         ) from None
-
-
-def _notes_table(ctx: ToolContext) -> None:
-    """Create the notes table on first use, inside the call's transaction."""
-    ctx.store.execute(
-        "CREATE TABLE IF NOT EXISTS channel_notes (channel TEXT NOT NULL, note TEXT NOT NULL)"
-    )

@@ -1,8 +1,8 @@
-"""One process of a crash test: runs (or recovers) a turn on a SQLite file.
+"""One process of a crash test: runs (or recovers) a turn on a SQLite file or PostgreSQL.
 
 Run by ``test_crash_recovery.py`` as a child process::
 
-    python crash_child.py DB_PATH LOG_PATH PHASE KILL_POINT
+    python crash_child.py DATABASE LOG_PATH PHASE KILL_POINT
 
 ``PHASE`` is ``start`` (admit the turn, then wait for it) or ``recover`` (enter
 a fresh runtime, which resumes the unfinished turn, then wait for it).
@@ -31,7 +31,6 @@ from agent import (
     AssistantMessage,
     ModelReply,
     ModelRequest,
-    SQLiteStore,
     ToolContext,
     ToolMessage,
     TurnEvent,
@@ -39,6 +38,7 @@ from agent import (
 )
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.child_log import append_line
+from tests.agent.child_store import open_child_store
 
 AGENT = "shop"
 SESSION = "s-crash"
@@ -109,11 +109,20 @@ class Child:
     def _insert(self, ctx: ToolContext, tool: str, table: str, item: str, kill_point: str) -> int:
         """Write one row through the step's transaction; freeze there if asked to."""
         self.log("local", tool, ctx.call_id)
-        ctx.store.execute(
-            f"create table if not exists {table} (id integer primary key, item text not null)"
-        )
-        ctx.store.execute(f"insert into {table} (item) values (?)", [item])
-        (row_id,) = ctx.store.execute("select last_insert_rowid()")[0]
+        if ctx.store.paramstyle == "qmark":  # the store's own SQL: SQLite's
+            ctx.store.execute(
+                f"create table if not exists {table} (id integer primary key, item text not null)"
+            )
+            ctx.store.execute(f"insert into {table} (item) values (?)", [item])
+            (row_id,) = ctx.store.execute("select last_insert_rowid()")[0]
+        else:  # or PostgreSQL's
+            ctx.store.execute(
+                f"create table if not exists {table}"
+                " (id integer generated always as identity primary key, item text not null)"
+            )
+            [(row_id,)] = ctx.store.execute(
+                f"insert into {table} (item) values (%s) returning id", [item]
+            )
         if self.kill_point == kill_point:
             self.freeze()
         return int(row_id)
@@ -162,9 +171,9 @@ class Child:
         )
 
 
-async def main(db_path: str, log_path: str, phase: str, kill_point: str) -> None:
+async def main(database: str, log_path: str, phase: str, kill_point: str) -> None:
     child = Child(log_path, kill_point)
-    store = await SQLiteStore.open(db_path)
+    store = await open_child_store(database)
     try:
         runtime = AgentRuntime(store, child.agent())
         session = runtime.session(AGENT, SESSION)

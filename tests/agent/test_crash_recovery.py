@@ -1,28 +1,27 @@
 """A real process is SIGKILLed at each checkpoint boundary; a fresh one recovers the turn.
 
-The turn (run by ``crash_child.py`` on a SQLite file) is: a model reply that
-calls a local tool; a reply with a batch of three calls (remote, local,
-remote); a final reply. The child freezes at the chosen boundary and prints a
-marker; we SIGKILL it there, read what had committed straight from the file,
-then start a fresh child that enters the runtime (which resumes the turn) and
-check the transcript, the tools' side effects and what the model was asked.
+The turn (run by ``crash_child.py`` on a SQLite file, and again on
+PostgreSQL) is: a model reply that calls a local tool; a reply with a batch of
+three calls (remote, local, remote); a final reply. The child freezes at the
+chosen boundary and prints a marker; we SIGKILL it there, read what had
+committed straight from the database, then start a fresh child that enters the
+runtime (which resumes the turn) and check the transcript, the tools' side
+effects and what the model was asked.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
-from contextlib import closing
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.agent import crash_child as child
 from tests.agent.child_process import ChildProcess, start_children
+from tests.agent.crash_db import CrashDatabase
 from tests.agent.helpers import read_only
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -74,14 +73,18 @@ class Phase:
         return [(fields[2], fields[3]) for fields in self.log if fields[0] == "remote"]
 
 
-def _committed_steps(db: Path) -> set[str]:
-    return {str(step) for (step,) in read_only(db, "select step_id from steps")}
+def _committed_steps(db: CrashDatabase) -> set[str]:
+    return {str(step) for (step,) in db.rows("select step_id from steps")}
 
 
-def _run_phase(tmp_path: Path, number: int, kill_point: str | None) -> Phase:
-    db = tmp_path / "sessions.db"
+def _run_phase(tmp_path: Path, db: CrashDatabase, number: int, kill_point: str | None) -> Phase:
     log = tmp_path / f"phase{number}.log"
-    argv = [db, log, "start" if number == 1 else "recover", kill_point or "none"]
+    argv: list[str | Path] = [
+        db.where,
+        log,
+        "start" if number == 1 else "recover",
+        kill_point or "none",
+    ]
     with start_children(ChildProcess, CHILD, tmp_path) as start:
         process = start(f"phase{number}", argv)
         if kill_point is not None:
@@ -97,41 +100,34 @@ def _run_phase(tmp_path: Path, number: int, kill_point: str | None) -> Phase:
     logged = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     if kill_point is None:
         return Phase(kill_point=None, log=logged, committed=set(), result=result)
-    [(status,)] = read_only(db, "select status from turns")
+    [(status,)] = db.rows("select status from turns")
     return Phase(
         kill_point=kill_point, log=logged, committed=_committed_steps(db), turn_status=str(status)
     )
 
 
-def _crash_and_recover(tmp_path: Path, kill_points: list[str]) -> list[Phase]:
+def _crash_and_recover(tmp_path: Path, db: CrashDatabase, kill_points: list[str]) -> list[Phase]:
     phases = [
-        _run_phase(tmp_path, number, point) for number, point in enumerate(kill_points, start=1)
+        _run_phase(tmp_path, db, number, point) for number, point in enumerate(kill_points, start=1)
     ]
-    phases.append(_run_phase(tmp_path, len(kill_points) + 1, None))
+    phases.append(_run_phase(tmp_path, db, len(kill_points) + 1, None))
     return phases
 
 
-def _table(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as conn:
-        return conn.execute(sql).fetchall()
-
-
-def _assert_recovered_once(tmp_path: Path, phases: list[Phase]) -> None:
-    db = tmp_path / "sessions.db"
+def _assert_recovered_once(db: CrashDatabase, phases: list[Phase]) -> None:
     final = phases[-1]
 
     # each local tool's write exists exactly once (a killed transaction left nothing)
-    assert _table(db, "select id, item from orders") == [(1, child.ITEM)]
-    assert _table(db, "select id, item from reservations") == [(1, child.ITEM)]
+    assert db.rows("select id, item from orders") == [(1, child.ITEM)]
+    assert db.rows("select id, item from reservations") == [(1, child.ITEM)]
 
     # the turn completed, in the store and as the recovering process saw it
-    assert _table(db, "select turn_id, status from turns") == [(child.TURN_ID, "completed")]
+    assert db.rows("select turn_id, status from turns") == [(child.TURN_ID, "completed")]
     expected_text = child.final_text(order_id=1, reservation_id=1)
     assert final.result == {"type": "Completed", "text": expected_text}
 
     # each message is in the transcript exactly once, in order, with no gaps
-    rows = _table(
-        db,
+    rows = db.rows(
         "select idx, turn_id, role, body from messages join sessions on sessions.id = session"
         " where agent = 'shop' order by idx",
     )
@@ -150,7 +146,7 @@ def _assert_recovered_once(tmp_path: Path, phases: list[Phase]) -> None:
     assert texts == [child.FIRST_TEXT, child.SECOND_TEXT, expected_text]
     assert sum(1 for body in bodies if body["role"] == "user") == 1
 
-    steps = _table(db, "select step_id from steps")
+    steps = db.rows("select step_id from steps")
     assert sorted(step for (step,) in steps) == sorted(ALL_STEPS)
 
     for before, after in pairwise(phases):
@@ -198,11 +194,11 @@ def _assert_recovered_once(tmp_path: Path, phases: list[Phase]) -> None:
         pytest.param("batch_local_tx", id="inside-local-tool-transaction-of-a-batch"),
     ],
 )
-def test_crash_recovery_completes_turn_exactly_once(tmp_path, kill_point):
-    phases = _crash_and_recover(tmp_path, [kill_point])
+def test_crash_recovery_completes_turn_exactly_once(tmp_path, crash_db, kill_point):
+    phases = _crash_and_recover(tmp_path, crash_db, [kill_point])
 
-    assert _committed_steps(tmp_path / "sessions.db") == ALL_STEPS
-    _assert_recovered_once(tmp_path, phases)
+    assert _committed_steps(crash_db) == ALL_STEPS
+    _assert_recovered_once(crash_db, phases)
 
 
 @pytest.mark.parametrize(
@@ -214,16 +210,17 @@ def test_crash_recovery_completes_turn_exactly_once(tmp_path, kill_point):
         pytest.param(["model_commit", "remote_in_flight"], id="model-commit-then-remote"),
     ],
 )
-def test_crash_recovery_survives_a_second_crash_during_recovery(tmp_path, kill_points):
-    phases = _crash_and_recover(tmp_path, kill_points)
+def test_crash_recovery_survives_a_second_crash_during_recovery(tmp_path, crash_db, kill_points):
+    phases = _crash_and_recover(tmp_path, crash_db, kill_points)
 
-    _assert_recovered_once(tmp_path, phases)
+    _assert_recovered_once(crash_db, phases)
 
 
 def test_crash_inside_local_tool_leaves_no_write_behind(tmp_path):
     # the frozen child has written its order row inside the step's transaction
-    phase = _run_phase(tmp_path, 1, "local_tx")
-    db = tmp_path / "sessions.db"
+    sessions = CrashDatabase("sqlite", str(tmp_path / "sessions.db"))
+    phase = _run_phase(tmp_path, sessions, 1, "local_tx")
+    db = Path(sessions.where)
 
     assert phase.tool_runs("local") == ["c1"]
     assert Path(f"{db}-wal").stat().st_size > 0  # recovery has a hot WAL to read

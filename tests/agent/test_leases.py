@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sqlite3
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from agent import (
@@ -36,6 +38,7 @@ from agent import (
 from agent.core.model import ModelReply
 from agent.core.records import Commit, SessionKey, StoredSession
 from agent.engine.lease import SessionLease, is_gone, new_holder, retire
+from agent.stores.postgres import PostgresStore
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS, ChildProcess, start_children
 from tests.agent.test_hitl import Ledger, gated_post_tool, script, speaker_input
@@ -61,14 +64,24 @@ class HeldModel:
         return reply(self._text)
 
 
-@pytest.fixture
-async def stores(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, SQLiteStore]]:
-    """Two connections to one database file, as two processes have."""
-    first = await SQLiteStore.open(tmp_path / "bot.db")
-    second = await SQLiteStore.open(tmp_path / "bot.db")
-    yield first, second
-    await first.close()
-    await second.close()
+Stores = tuple[SQLiteStore, SQLiteStore] | tuple[PostgresStore, PostgresStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    """Two stores on one database (a SQLite file, a PostgreSQL schema), as two processes have."""
+    pair: Stores
+    if request.param == "sqlite":
+        pair = (
+            await SQLiteStore.open(tmp_path / "bot.db"),
+            await SQLiteStore.open(tmp_path / "bot.db"),
+        )
+    else:
+        url = request.getfixturevalue("postgres_url")
+        pair = (await PostgresStore.open(url), await PostgresStore.open(url))
+    yield pair
+    await pair[0].close()
+    await pair[1].close()
 
 
 async def eventually_logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
@@ -144,6 +157,55 @@ async def test_a_session_held_by_a_killed_process_is_taken_at_once(tmp_path: Pat
         finally:
             await lease.drop()
             retire(lease.holder)
+            await store.close()
+
+
+async def test_a_replica_of_another_host_is_taken_over_as_soon_as_it_dies(postgres_url: str):
+    # A host this process cannot see into: only the replica's liveness lock, held on
+    # its own connection to the database, says whether it lives.
+    await (await PostgresStore.open(postgres_url)).close()
+    with start_children(ChildProcess, CHILD, Path("/tmp")) as start:
+        child = start("holder", [postgres_url, "far-away-host:4242:replica"])
+        child.wait_for("HELD")
+        store = await PostgresStore.open(postgres_url)
+        lease = SessionLease(store, KEY, new_holder(), seconds=30.0)
+        try:
+            assert not is_gone("far-away-host:4242:replica#1")  # no pid to look at
+            assert not await lease.take(wait=False)  # its lock is held: it lives
+            child.kill()
+            # its ten minutes have not run out, yet the lock is free within moments
+            killed = time.monotonic()
+            while not await lease.take(wait=False):
+                assert time.monotonic() - killed < 5.0, "a dead replica's session is not taken"
+                await asyncio.sleep(0.01)
+            assert lease.stale
+        finally:
+            await lease.drop()
+            retire(lease.holder)
+            await store.close()
+
+
+async def test_a_frozen_replica_keeps_its_session_until_its_lease_runs_out(postgres_url: str):
+    await (await PostgresStore.open(postgres_url)).close()
+    with start_children(ChildProcess, CHILD, Path("/tmp")) as start:
+        child = start("holder", [postgres_url, "far-away-host:4243:replica"])
+        child.wait_for("HELD")
+        child.proc.send_signal(signal.SIGSTOP)  # alive to the database, doing nothing
+        store = await PostgresStore.open(postgres_url)
+        try:
+            now = time.time()
+            taken = await store.take_lease(KEY, "here:1:x#1", now=now, until=now + 30)
+            assert not taken.granted  # its connection, hence its lock, is still there
+            after = now + 601  # once its ten minutes are over, it is anyone's
+            taken = await store.take_lease(KEY, "here:1:x#1", now=after, until=after + 30)
+            assert taken.granted
+            # woken, the frozen one cannot write: the fence refuses its token
+            with pytest.raises(LeaseLostError):
+                await store.commit(
+                    KEY, Commit(status="idle", holder="far-away-host:4243:replica#1")
+                )
+        finally:
+            child.proc.send_signal(signal.SIGCONT)
             await store.close()
 
 
@@ -272,8 +334,13 @@ async def test_a_caller_that_leaves_while_its_take_waits_leaves_no_lease_behind(
     locked, done = threading.Event(), threading.Event()
 
     def third_process_writing() -> None:
-        conn = sqlite3.connect(tmp_path / "bot.db", isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
+        conn: sqlite3.Connection | psycopg.Connection[Any]
+        if isinstance(stores[0], SQLiteStore):
+            conn = sqlite3.connect(tmp_path / "bot.db", isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+        else:  # the session's lease row, locked as a fenced write locks it
+            conn = psycopg.connect(stores[0]._pool.url)
+            conn.execute("SELECT * FROM leases FOR UPDATE")
         locked.set()
         done.wait(DEADLINE_SECONDS)
         conn.execute("COMMIT")

@@ -5,6 +5,7 @@ What every store must do alike is in ``stores/test_contract.py``.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 
 import pytest
@@ -17,7 +18,8 @@ from agent import (
     UserMessage,
 )
 from agent.core.records import Commit, SessionKey, StoredMessage
-from agent.stores import database_path, open_store
+from agent.stores import database_path, describe_database, open_store
+from agent.stores.postgres import PostgresStore
 from agent.stores.sqlite._schema import MIGRATIONS
 
 KEY = SessionKey("a", "s1")
@@ -161,7 +163,7 @@ def test_database_url_names_a_file(url, path):
 
 @pytest.mark.parametrize(
     "url",
-    ["postgres://db/x", "sqlite://host/x.db", "sqlite:///", "data/bot.db", "sqlite:///dir/"],
+    ["mysql://db/x", "sqlite://host/x.db", "sqlite:///", "data/bot.db", "sqlite:///dir/"],
 )
 def test_malformed_database_url_is_a_clear_config_error(url):
     with pytest.raises(ConfigError, match="DATABASE_URL"):
@@ -173,6 +175,32 @@ async def test_open_store_from_url(tmp_path):
     assert isinstance(store, SQLiteStore)
     await store.close()
     assert isinstance(await open_store("memory://"), MemoryStore)
+
+
+async def test_a_postgres_url_of_either_spelling_opens_the_postgres_store(postgres_url):
+    # Heroku, Render and Railway hand out postgres://; libpq reads both spellings
+    for url in (postgres_url, postgres_url.replace("postgresql://", "postgres://", 1)):
+        assert database_path(url) is None
+        store = await open_store(url)
+        assert isinstance(store, PostgresStore)
+        await store.close()
+
+
+def test_a_server_url_is_described_without_its_password():
+    url = "postgres://bot:s3cret-pw@db.example.com:6543/agent?sslmode=require"
+    assert describe_database(url) == "postgres://bot@db.example.com:6543/agent"
+    assert describe_database("sqlite:///data/bot.db") == "data/bot.db"
+    assert describe_database("memory://") == "memory"
+
+
+async def test_a_postgres_server_that_does_not_answer_is_a_store_error_without_the_password():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    url = f"postgresql://bot:s3cret-pw@127.0.0.1:{port}/agent?connect_timeout=1"
+    with pytest.raises(StoreError, match="cannot connect") as raised:
+        await PostgresStore.open(url)
+    assert "s3cret" not in str(raised.value)
 
 
 async def test_a_closed_sqlite_store_says_it_is_closed(tmp_path):

@@ -23,7 +23,7 @@ from agent import (
 )
 from agent.core.records import SessionKey
 from agent.testing import RecordingSink, ScriptedModel, call, reply
-from tests.agent.helpers import assistant_count
+from tests.agent.helpers import assistant_count, has_table, mark, select
 
 KEY = SessionKey("a", "s1")
 
@@ -164,7 +164,7 @@ async def test_unknown_tool_is_an_error_result(store):
 def create_order(item: str, ctx: ToolContext) -> dict[str, object]:
     """Place an order."""
     ctx.store.execute("CREATE TABLE IF NOT EXISTS orders (item TEXT NOT NULL)")
-    ctx.store.execute("INSERT INTO orders (item) VALUES (?)", [item])
+    ctx.store.execute(f"INSERT INTO orders (item) VALUES ({mark(ctx.store)})", [item])
     [(n,)] = ctx.store.execute("SELECT count(*) FROM orders")
     return {"item": item, "orders": n, "thread": threading.get_ident()}
 
@@ -183,41 +183,51 @@ async def test_local_tool_runs_on_the_store_thread_and_commits_with_the_step(sql
     assert rows == [("tea",)]
 
 
-async def test_local_tool_that_raises_rolls_back_its_writes_and_reports(sqlite_store):
+async def test_a_local_tools_write_commits_once_with_its_step_on_every_store(tx_store):
+    result = await run_turn(
+        tx_store, [create_order], calling(call("create_order", {"item": "tea"}, id="c1"))
+    )
+
+    assert isinstance(result, Completed)
+    [message] = await tool_messages(tx_store)
+    assert message.result["orders"] == 1
+    assert message.result["thread"] != threading.get_ident()  # never the event loop's
+    assert await select(tx_store, "SELECT item FROM orders") == [("tea",)]
+
+
+async def test_local_tool_that_raises_rolls_back_its_writes_and_reports(tx_store):
     @tool
     def half_done(item: str, ctx: ToolContext) -> str:
         """Write, then fail."""
         ctx.store.execute("CREATE TABLE IF NOT EXISTS orders (item TEXT NOT NULL)")
-        ctx.store.execute("INSERT INTO orders (item) VALUES (?)", [item])
+        ctx.store.execute(f"INSERT INTO orders (item) VALUES ({mark(ctx.store)})", [item])
         raise LookupError("no such warehouse")
 
     result = await run_turn(
-        sqlite_store,
+        tx_store,
         [half_done],
         calling(call("half_done", {"item": "tea"}, id="c1"), final="sorry"),
     )
 
     assert isinstance(result, Completed)
-    [message] = await tool_messages(sqlite_store)
+    [message] = await tool_messages(tx_store)
     assert message.result == {"error": "LookupError: no such warehouse"}
-    tables = await sqlite_store._run(
-        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'orders'").fetchall()
-    )
-    assert tables == []  # even the CREATE TABLE rolled back with the failed call
-    steps = await sqlite_store.load_steps(KEY, result.turn_id)
+    # even the CREATE TABLE rolled back with the failed call
+    assert not await has_table(tx_store, "orders")
+    steps = await tx_store.load_steps(KEY, result.turn_id)
     assert steps["tool:1:c1"]["is_error"] is True
 
 
-async def test_tool_cannot_control_the_steps_transaction(sqlite_store):
+async def test_tool_cannot_control_the_steps_transaction(tx_store):
     @tool
     def sneaky(ctx: ToolContext) -> str:
         """Commit early."""
         ctx.store.execute("COMMIT")
         return "committed?"
 
-    await run_turn(sqlite_store, [sneaky], calling(call("sneaky", id="c1")))
+    await run_turn(tx_store, [sneaky], calling(call("sneaky", id="c1")))
 
-    [message] = await tool_messages(sqlite_store)
+    [message] = await tool_messages(tx_store)
     assert message.result == {"error": "StoreError: a tool cannot control the step's transaction"}
 
 
@@ -365,9 +375,18 @@ async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local
 
 
 @pytest.mark.parametrize(
-    "statement", ["/* looks harmless */ COMMIT", "commit", "  SAVEPOINT mine", "END"]
+    "statement",
+    [
+        "/* looks harmless */ COMMIT",
+        "commit",
+        "  SAVEPOINT mine",
+        "END",
+        "-- a note\nCOMMIT",
+        "SELECT 1; COMMIT",
+        "/* a */ /* b */ rollback",
+    ],
 )
-async def test_tool_cannot_end_the_transaction_however_it_spells_it(sqlite_store, statement):
+async def test_tool_cannot_end_the_transaction_however_it_spells_it(tx_store, statement):
     @tool
     def sneaky(ctx: ToolContext) -> str:
         """Write, then try to commit early."""
@@ -376,15 +395,12 @@ async def test_tool_cannot_end_the_transaction_however_it_spells_it(sqlite_store
         ctx.store.execute(statement)
         return "committed?"
 
-    result = await run_turn(sqlite_store, [sneaky], calling(call("sneaky", id="c1")))
+    result = await run_turn(tx_store, [sneaky], calling(call("sneaky", id="c1")))
 
     assert isinstance(result, Completed)
-    [message] = await tool_messages(sqlite_store)
+    [message] = await tool_messages(tx_store)
     assert message.is_error
-    tables = await sqlite_store._run(
-        lambda c: c.execute("SELECT name FROM sqlite_master WHERE name = 'charges'").fetchall()
-    )
-    assert tables == []  # the write rolled back with the refused call
+    assert not await has_table(tx_store, "charges")  # the write rolled back with the call
 
 
 async def test_remote_tool_whose_awaited_work_is_cancelled_gets_an_error_result(store):

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from agent._json import dumps
 from agent.core.messages import MESSAGE_ADAPTER
@@ -54,6 +54,9 @@ class TransactionHandle:
     """
 
     __slots__ = ("_conn", "is_open")
+
+    paramstyle: Final = "qmark"
+    """Placeholders are ``?``, as sqlite3's are (PostgreSQL's handle takes ``%s``)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn

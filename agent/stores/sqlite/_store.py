@@ -22,7 +22,7 @@ from agent.core.records import (
     SessionSummary,
     StoredSession,
 )
-from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
+from agent.core.turns import TurnRecord
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores.sqlite import _reads, _writes
@@ -180,21 +180,7 @@ class SQLiteStore:
         return pruned
 
     async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
-        found = [
-            SessionSummary(
-                session_id=session_id,
-                status=status,
-                title=_rules.title_of(
-                    TURN_RECORD_ADAPTER.validate_json(record) if record else None
-                ),
-                last_event=last_event,
-                updated_at=updated_at,
-            )
-            for session_id, status, last_event, updated_at, record in await self._run(
-                _reads.list_sessions, agent, prefix
-            )
-        ]
-        return _rules.newest_first(found)
+        return _rules.summaries(await self._run(_reads.list_sessions, agent, prefix))
 
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""

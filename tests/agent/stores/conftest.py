@@ -12,20 +12,27 @@ from pathlib import Path
 import pytest
 
 from agent import MemoryStore, SQLiteStore
+from agent.stores.postgres import PostgresStore
 from tests.agent.stores.rows import Store
 
 
-async def _memory(tmp_path: Path) -> Store:
+async def _memory(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return MemoryStore()
 
 
-async def _sqlite(tmp_path: Path) -> Store:
+async def _sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return await SQLiteStore.open(tmp_path / "contract.db")
 
 
-STORES: dict[str, Callable[[Path], Awaitable[Store]]] = {
+async def _postgres(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    # a schema of the test's own on the run's server (tests/postgres_server.py)
+    return await PostgresStore.open(request.getfixturevalue("postgres_url"))
+
+
+STORES: dict[str, Callable[[pytest.FixtureRequest, Path], Awaitable[Store]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 
@@ -36,8 +43,10 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def store(store_kind: str, tmp_path: Path) -> AsyncIterator[Store]:
+async def store(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Store]:
     """A fresh, empty store of each kind."""
-    opened = await STORES[store_kind](tmp_path)
+    opened = await STORES[store_kind](request, tmp_path)
     yield opened
     await opened.close()

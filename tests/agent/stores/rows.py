@@ -5,8 +5,9 @@ from __future__ import annotations
 from agent import MemoryStore, SQLiteStore, TurnInput, UserMessage
 from agent.core.records import Commit, SessionKey, StoredMessage, StoredStep
 from agent.core.turns import TurnRecord, TurnStatus
+from agent.stores.postgres import PostgresStore
 
-Store = MemoryStore | SQLiteStore
+Store = MemoryStore | SQLiteStore | PostgresStore
 """Every store `conftest.STORES` opens."""
 
 KEY = SessionKey("a", "s1")

@@ -1,0 +1,130 @@
+"""The connection pool and the threads that use it: every transaction is one plain function.
+
+Like the SQLite store's single connection thread, but many: a store call borrows
+a connection from psycopg's pool and runs one function with it on a thread of
+our own executor, sized to the pool (`asyncio.to_thread`'s shared executor has
+six threads on two cores, which would cap concurrent transactions at six). A
+local tool's statements then run inside the step's transaction on that thread,
+synchronously, as they do on SQLite. Connections are in autocommit, so the
+functions open each transaction themselves with ``conn.transaction()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from agent.errors import StoreError
+
+__all__ = ["Pool", "redacted"]
+
+T = TypeVar("T")
+
+logger = logging.getLogger("agent")
+
+
+def redacted(url: str) -> str:
+    """The URL with any password taken out, for messages and logs."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return "a PostgreSQL URL"
+    host = info.get("host", "localhost")
+    port = info.get("port", "5432")
+    return f"postgresql://{info.get('user', '')}@{host}:{port}/{info.get('dbname', '')}"
+
+
+class Pool:
+    """Connections to one database, and the threads that run a function with one each."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self.url = url
+        self.where = redacted(url)
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=size,
+            kwargs={"autocommit": True},
+            # a connection the server dropped (a restart, a failover) is replaced, not lent
+            check=psycopg_pool.ConnectionPool.check_connection,
+            open=False,
+            name="agent-store",
+        )
+        self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="agent-pg")
+        self._is_closed = False
+
+    @classmethod
+    async def open(cls, url: str, size: int) -> Self:
+        """Connect to the database at ``url``.
+
+        Raises:
+            StoreError: The server cannot be reached, with the URL's password left out.
+        """
+        pool = cls(url, size)
+        try:
+            # one plain connection first: a server that refuses says why at once,
+            # where the pool would retry until its timeout
+            await pool.call(pool._probe)
+            await pool.call(lambda: pool._pool.open(wait=True, timeout=15.0))
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            await pool.close()
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"cannot connect to PostgreSQL at {pool.where}: {reason}") from exc
+        return pool
+
+    def _probe(self) -> None:
+        given = psycopg.conninfo.conninfo_to_dict(self.url)
+        # libpq waits forever for a host that never answers, unless told
+        timeout: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": 10}
+        with psycopg.connect(self.url, **timeout) as conn:
+            conn.execute("SELECT 1")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on one of the pool's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on a pool thread, with a connection borrowed for the call.
+
+        Raises:
+            StoreError: PostgreSQL raised (the message starts ``PostgreSQL:``), or
+                the store is closed.
+        """
+        if self._is_closed:
+            raise StoreError(f"the store at {self.where} is closed")
+        try:
+            return await self.call(self._with_connection, fn, args)
+        except RuntimeError as exc:
+            if self._is_closed:  # the executor refuses work once shut down
+                raise StoreError(f"the store at {self.where} is closed") from exc
+            raise
+
+    def _with_connection(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        try:
+            with self._pool.connection(timeout=30.0) as conn:
+                return fn(conn, *args)
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreError(f"no connection to PostgreSQL at {self.where}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection of its own, outside the pool (the liveness connection)."""
+        return psycopg.connect(self.url, **kwargs)
+
+    async def close(self) -> None:
+        """Finish the calls queued, then close every connection."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._shut)
+
+    def _shut(self) -> None:
+        self._threads.shutdown(wait=True)
+        self._pool.close()

@@ -1,0 +1,203 @@
+"""The database's layout: its migrations, run under a lock, and how sessions are numbered.
+
+Bodies are ``text``, byte for byte what the SQLite store keeps (``jsonb`` would
+parse and reorder them for nothing). Every row of a session carries its number,
+not the (agent, session id) text. `leases` stays keyed by name, so a lease never
+makes a session row and `has_session` keeps its meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+
+from agent.core.records import SessionKey
+from agent.errors import StoreError
+
+__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "TABLES", "SessionIds", "migrate"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+MIGRATION_LOCK: Final = 0x6167656E74  # "agent": one advisory lock id for every replica
+"""Replicas of old and new code starting side by side migrate one at a time, once."""
+
+# Each entry moves the schema from version i to i + 1. Append, never edit: a rolling
+# deploy runs old and new code on one database, so a change adds before it removes.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sessions (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        agent text NOT NULL,
+        session_id text NOT NULL,
+        status text NOT NULL,
+        generation integer NOT NULL DEFAULT 0,
+        reset_through integer,
+        last_event bigint NOT NULL DEFAULT 0,
+        UNIQUE (agent, session_id)
+    );
+    CREATE INDEX sessions_resetting ON sessions (id) WHERE reset_through IS NOT NULL;
+    CREATE TABLE turns (
+        session bigint NOT NULL REFERENCES sessions (id),
+        turn_id text NOT NULL,
+        seq integer NOT NULL,
+        status text NOT NULL,
+        record text NOT NULL,
+        cancel text,
+        PRIMARY KEY (session, turn_id)
+    );
+    CREATE INDEX turns_unfinished ON turns (session, seq) WHERE status IN ('queued', 'running');
+    CREATE INDEX turns_suspended ON turns (session) WHERE status = 'suspended';
+    CREATE TABLE messages (
+        session bigint NOT NULL REFERENCES sessions (id),
+        idx integer NOT NULL,
+        turn_id text NOT NULL,
+        role text NOT NULL,
+        body text NOT NULL,
+        PRIMARY KEY (session, idx)
+    );
+    CREATE TABLE steps (
+        session bigint NOT NULL REFERENCES sessions (id),
+        turn_id text NOT NULL,
+        step_id text NOT NULL,
+        result text NOT NULL,
+        PRIMARY KEY (session, turn_id, step_id)
+    );
+    CREATE TABLE archived_messages (
+        session bigint NOT NULL REFERENCES sessions (id),
+        generation integer NOT NULL,
+        idx integer NOT NULL,
+        turn_id text NOT NULL,
+        role text NOT NULL,
+        body text NOT NULL,
+        PRIMARY KEY (session, generation, idx)
+    );
+    CREATE TABLE archived_steps (
+        session bigint NOT NULL REFERENCES sessions (id),
+        generation integer NOT NULL,
+        turn_id text NOT NULL,
+        step_id text NOT NULL,
+        result text NOT NULL,
+        PRIMARY KEY (session, generation, turn_id, step_id)
+    );
+    CREATE TABLE archived_turns (
+        session bigint NOT NULL REFERENCES sessions (id),
+        generation integer NOT NULL,
+        turn_id text NOT NULL,
+        seq integer NOT NULL,
+        status text NOT NULL,
+        record text NOT NULL,
+        PRIMARY KEY (session, generation, turn_id)
+    );
+    CREATE TABLE deliveries (
+        session bigint NOT NULL REFERENCES sessions (id),
+        turn_id text NOT NULL,
+        state text NOT NULL,
+        PRIMARY KEY (session, turn_id)
+    );
+    CREATE TABLE leases (
+        agent text NOT NULL,
+        session_id text NOT NULL,
+        holder text NOT NULL,
+        until double precision NOT NULL,
+        PRIMARY KEY (agent, session_id)
+    );
+    CREATE TABLE place_policies (
+        source text NOT NULL,
+        place text NOT NULL,
+        policy text NOT NULL,
+        PRIMARY KEY (source, place)
+    );
+    CREATE TABLE events (
+        session bigint NOT NULL REFERENCES sessions (id),
+        position bigint NOT NULL,
+        at double precision NOT NULL,
+        body text NOT NULL,
+        PRIMARY KEY (session, position)
+    );
+    CREATE INDEX events_at ON events (at);
+    """,
+)
+
+TABLES: Final = frozenset(
+    {
+        "sessions",
+        "turns",
+        "messages",
+        "steps",
+        "archived_messages",
+        "archived_steps",
+        "archived_turns",
+        "deliveries",
+        "leases",
+        "place_policies",
+        "events",
+    }
+)
+"""Our tables, as `PostgresStore.dump_table` may read them."""
+
+
+def migrate(conn: Conn) -> None:
+    """Bring the schema up to date, each migration in one transaction, under one lock.
+
+    Raises:
+        StoreError: The database was migrated by newer code than this.
+    """
+    with conn.transaction():
+        # transactional DDL and a lock held to the end: a replica starting beside
+        # this one waits here, then finds the work done
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        version = row[0] if row else 0
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"database schema version {version} is newer than this code knows "
+                f"({len(MIGRATIONS)}); run a newer release"
+            )
+        for script in MIGRATIONS[version:]:
+            conn.execute(script.encode())
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (len(MIGRATIONS),))
+
+
+class SessionIds:
+    """Numbers sessions, remembering those whose row is committed.
+
+    Read by every pool thread; a number is remembered only once the transaction
+    that made it committed, so no thread ever uses one a rollback took back.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[SessionKey, int] = {}
+
+    def find(self, conn: Conn, key: SessionKey) -> int | None:
+        found = self._ids.get(key)
+        if found is None:
+            row = conn.execute(
+                "SELECT id FROM sessions WHERE agent = %s AND session_id = %s",
+                (key.agent, key.session_id),
+            ).fetchone()
+            if row is not None:
+                found = row[0]
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    self._ids[key] = found
+        return found
+
+    def ensure(self, conn: Conn, key: SessionKey) -> int:
+        """The session's number, making its row if it has none (inside a transaction)."""
+        found = self.find(conn, key)
+        if found is not None:
+            return found
+        row = conn.execute(
+            "INSERT INTO sessions (agent, session_id, status) VALUES (%s, %s, 'new')"
+            " ON CONFLICT (agent, session_id) DO UPDATE SET agent = excluded.agent"
+            " RETURNING id",
+            (key.agent, key.session_id),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def remember(self, key: SessionKey, sid: int) -> None:
+        """Keep a number whose row is committed."""
+        self._ids[key] = sid

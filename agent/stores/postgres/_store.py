@@ -1,0 +1,202 @@
+"""`PostgresStore`: the `SessionStore` methods, each one function run with a pooled connection.
+
+The work is in `_commits` (a commit's transaction), `_writes`, `_reads` and
+`_schema`; `_liveness` keeps this store's lease holders visibly alive to the
+other replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Self, TypeVar
+
+from agent._json import JsonValue, dumps, loads
+from agent.core.records import (
+    Archive,
+    Commit,
+    LeaseTaken,
+    LogBounds,
+    SessionKey,
+    SessionSummary,
+    StoredSession,
+)
+from agent.core.turns import TurnRecord
+from agent.errors import StoreError
+from agent.stores import _rules
+from agent.stores.postgres import _reads, _writes
+from agent.stores.postgres._commits import work_and_write, write
+from agent.stores.postgres._connection import Pool
+from agent.stores.postgres._liveness import Liveness
+from agent.stores.postgres._schema import TABLES, Conn, SessionIds, migrate
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+
+POOL_SIZE = 10
+"""Connections (and threads) per store: how many transactions run at once."""
+
+
+class PostgresStore:
+    """Sessions in a PostgreSQL database, shared by every replica that opens it.
+
+    Open it with `PostgresStore.open` and close it with `close` (or ``async with``).
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._ids = SessionIds()
+        self._liveness = Liveness(lambda: pool.connect(autocommit=True))
+        self.where = pool.where
+        """The database, as a URL without its password."""
+
+    @classmethod
+    async def open(cls, url: str, *, pool_size: int = POOL_SIZE) -> Self:
+        """Connect to the database at ``url`` (migrating it as needed).
+
+        Args:
+            url: A ``postgresql://`` (or ``postgres://``) URL, as libpq reads it.
+            pool_size: How many connections, hence transactions at once.
+
+        Raises:
+            StoreError: The server cannot be reached, or its schema is newer than this code.
+        """
+        pool = await Pool.open(url, pool_size)
+        store = cls(pool)
+        try:
+            await store._run(migrate)
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Finish the queued transactions, then close every connection.
+
+        The liveness connection closes last: until then this store's leases are
+        still its own.
+        """
+        await self._pool.close()
+        await asyncio.to_thread(self._liveness.close)
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._pool.run(fn, *args)
+
+    async def load(self, key: SessionKey) -> StoredSession:
+        return await self._run(_reads.load, self._ids, key)
+
+    async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
+        return await self._run(_reads.load_steps, self._ids, key, turn_id)
+
+    async def commit(self, key: SessionKey, commit: Commit) -> None:
+        await self._run(write, self._ids, key, commit)
+
+    async def commit_with(
+        self,
+        key: SessionKey,
+        work: Callable[[Any], T],
+        record: Callable[[T | Exception], Commit],
+    ) -> Commit:
+        return await self._run(work_and_write, self._ids, key, work, record)
+
+    async def unfinished_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return await self._run(_reads.turns_in, _rules.UNFINISHED)
+
+    async def suspended_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return await self._run(_reads.turns_in, _rules.SUSPENDED)
+
+    async def interrupted_turns(self) -> list[tuple[SessionKey, TurnRecord]]:
+        return await self._run(_reads.turns_in, _rules.INTERRUPTED)
+
+    async def cancelled_suspensions(self) -> list[SessionKey]:
+        return await self._run(_reads.cancelled_suspensions)
+
+    async def pending_resets(self) -> list[SessionKey]:
+        return await self._run(_reads.pending_resets)
+
+    async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
+        return await self._run(_reads.load_archive, self._ids, key, generation)
+
+    async def take_lease(
+        self, key: SessionKey, holder: str, *, now: float, until: float, over: str | None = None
+    ) -> LeaseTaken:
+        return await self._run(self._take_lease, key, holder, now, until, over)
+
+    def _take_lease(
+        self, conn: Conn, key: SessionKey, holder: str, now: float, until: float, over: str | None
+    ) -> LeaseTaken:
+        # alive before the lease is ours: no replica may find us gone while we hold it
+        self._liveness.hold(holder)
+        return _writes.take_lease(conn, key, holder, now, until, over, self._liveness.is_gone)
+
+    async def renew_lease(self, key: SessionKey, holder: str, *, until: float) -> bool:
+        return await self._run(self._renew_lease, key, holder, until)
+
+    def _renew_lease(self, conn: Conn, key: SessionKey, holder: str, until: float) -> bool:
+        self._liveness.hold(holder)  # takes the locks again if their connection dropped
+        return _writes.keep_lease(conn, key, holder, until)
+
+    async def drop_lease(self, key: SessionKey, holder: str) -> None:
+        await self._run(_writes.keep_lease, key, holder, _rules.LET_GO)
+
+    async def save_place_policy(self, source: str, place: str, policy: JsonValue | None) -> None:
+        await self._run(_writes.save_place_policy, source, place, policy)
+
+    async def place_policies(self, source: str) -> dict[str, JsonValue]:
+        rows = await self._run(_reads.place_policies, source)
+        return {place: loads(policy) for place, policy in rows}
+
+    async def has_session(self, key: SessionKey) -> bool:
+        return await self._run(_reads.has_session, self._ids, key)
+
+    async def save_delivery(self, key: SessionKey, turn_id: str, state: JsonValue | None) -> None:
+        text = None if state is None else dumps(state)
+        await self._run(_writes.save_delivery, self._ids, key, turn_id, text)
+
+    async def claim_delivery(self, key: SessionKey, turn_id: str, state: JsonValue) -> bool:
+        return await self._run(_writes.claim_delivery, self._ids, key, turn_id, dumps(state))
+
+    async def deliveries(self, agent: str) -> list[tuple[SessionKey, str, JsonValue]]:
+        rows = await self._run(_reads.deliveries, agent)
+        return [(SessionKey(agent, sid), turn_id, loads(state)) for sid, turn_id, state in rows]
+
+    async def load_delivery(self, key: SessionKey, turn_id: str) -> JsonValue | None:
+        return await self._run(_reads.load_delivery, self._ids, key, turn_id)
+
+    async def append_events(
+        self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
+    ) -> list[int]:
+        texts = [dumps(body) for body in bodies]
+        return await self._run(_writes.append_events, self._ids, key, texts, at)
+
+    async def read_events(
+        self, key: SessionKey, *, after: int, limit: int
+    ) -> list[tuple[int, JsonValue]]:
+        rows = await self._run(_reads.read_events, self._ids, key, after, limit)
+        return [(position, loads(body)) for position, body in rows]
+
+    async def event_bounds(self, key: SessionKey) -> LogBounds:
+        return await self._run(_reads.event_bounds, self._ids, key)
+
+    async def prune_events(self, *, before: float) -> int:
+        pruned = batch = await self._run(_writes.prune_events, before)
+        while batch == _writes.PRUNE_BATCH:
+            batch = await self._run(_writes.prune_events, before)
+            pruned += batch
+        return pruned
+
+    async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
+        return _rules.summaries(await self._run(_reads.list_sessions, agent, prefix))
+
+    async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
+        """Every row of one of our tables, for tests and diagnostics."""
+        if table not in TABLES:
+            raise StoreError(f"no table {table!r}")
+        return await self._run(lambda conn: conn.execute(f"SELECT * FROM {table}").fetchall())
