@@ -12,21 +12,28 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent import (
     Agent,
     AgentRuntime,
+    ConfigError,
     EventLog,
     Model,
     SessionKey,
     SessionStore,
+    StoreError,
     SurfacePolicy,
     Tool,
+    describe_database,
     open_store,
     warn_unmounted_surfaces,
 )
 from bot.agent_factory import build_agent
 from bot.settings import Settings
+
+if TYPE_CHECKING:
+    from agent import MemoryStore, PostgresStore, SQLiteStore
 
 __all__ = ["PRUNE_EVERY_SECONDS", "Engine", "open_engine", "pruning"]
 
@@ -86,7 +93,7 @@ async def open_engine(
             check(agent)
         if check_access:
             await _check_access(agent.model)
-        store = await open_store(settings.database_url)
+        store = await open_database(settings)
         stack.push_async_callback(store.close)
         event_log = None
         if log:
@@ -94,11 +101,25 @@ async def open_engine(
             event_log = EventLog(store, retention=retention, only=log_only)
             stack.push_async_callback(event_log.close)
         # Closed before the log and the store: stopping its turns may still log events.
-        runtime = AgentRuntime(store, agent)
+        runtime = AgentRuntime(store, agent, lease_seconds=settings.lease_seconds)
         stack.push_async_callback(runtime.close)
         if event_log is not None:
             runtime.add_sink(event_log)
         yield Engine(agent=agent, store=store, runtime=runtime, log=event_log)
+
+
+async def open_database(settings: Settings) -> SQLiteStore | MemoryStore | PostgresStore:
+    """The store ``DATABASE_URL`` names, opened (and migrated).
+
+    Raises:
+        ConfigError: It cannot be opened (a server that does not answer, a schema
+            newer than this code), named without its password.
+    """
+    try:
+        return await open_store(settings.database_url)
+    except StoreError as exc:
+        where = describe_database(settings.database_url)
+        raise ConfigError(f"cannot open the database at {where} (DATABASE_URL): {exc}") from None
 
 
 @contextlib.asynccontextmanager

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from agent import describe_database
 from bot import texts
 from bot.config_file import BotConfig, load_bot_config
-from bot.engine import Engine, open_engine, pruning
+from bot.engine import Engine, open_database, open_engine, pruning
 from bot.offline import recall, remember
 from bot.policies import SOURCE, PolicyBook, check_channel_policies
 from bot.schedules import Firing, ScheduleRunner, firing_now
@@ -280,9 +280,9 @@ async def held_turns_command(
         UnknownTurnError: ``retry`` or ``drop`` names no held turn.
         ConflictError: The held turn's session waits for an answer (a retry).
     """
-    from agent import drop_held, held_turns, open_store, retry_held
+    from agent import drop_held, held_turns, retry_held
 
-    store = await open_store(settings.database_url)
+    store = await open_database(settings)
     try:
         if retry is not None:
             new_id = await retry_held(store, retry)

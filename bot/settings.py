@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     port: int = 3000
     """Where ``POST /slack/events`` and ``GET /healthz`` are served (HTTP mode)."""
     database_url: str = "sqlite:///data/bot.db"
+    lease_seconds: float = 30.0
+    """How long a session stays a process's to write unless renewed: a replica that
+    froze (not one that died, which is seen at once) loses its sessions after it."""
     api_tokens: SecretStr | None = None
     """A JSON object of bearer token to principal id; unset, the API serves loopback only."""
     event_log_retention_hours: float = 168.0
@@ -116,6 +119,8 @@ class Settings(BaseSettings):
             self.api_principals()
         except ConfigError as exc:
             found.append(str(exc))
+        if not self.lease_seconds >= 1:
+            found.append("LEASE_SECONDS must be at least 1 second")
         if not self.event_log_retention_hours > 0:
             found.append("EVENT_LOG_RETENTION_HOURS must be a positive number of hours")
         return found

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agent.core.records import LeaseTaken, SessionKey
-from agent.errors import RuntimeClosedError
+from agent.errors import LeaseLostError, RuntimeClosedError
 from agent.ports import SessionStore
 
 __all__ = ["LEASE_SECONDS", "SessionLease", "drop_quietly", "is_gone", "new_holder", "retire"]
@@ -127,6 +127,8 @@ class SessionLease:
         """What this take of the lease is written as, and every commit under it names."""
         self.is_held = False
         self.stale = False
+        self.until = 0.0
+        """When the lease runs out unless renewed, as this process last wrote it."""
 
     async def take(self, *, wait: bool = True) -> bool:
         """Hold the lease, waiting while another live process does (unless ``wait`` is False).
@@ -190,7 +192,10 @@ class SessionLease:
             self._store.take_lease(self._key, token, now=now, until=now + self._seconds, over=over)
         )
         try:
-            return await asyncio.shield(trying)
+            taken = await asyncio.shield(trying)
+            if taken.granted:
+                self.until = now + self._seconds
+            return taken
         except asyncio.CancelledError:
             trying.add_done_callback(lambda done: self._let_orphan_go(done, token))
             raise
@@ -201,6 +206,28 @@ class SessionLease:
         task = asyncio.ensure_future(_quietly(self._store.drop_lease(self._key, token)))
         self._orphans.add(task)
         task.add_done_callback(self._orphans.discard)
+
+    def is_fresh(self) -> bool:
+        """Whether the lease is held and, by the clock, cannot have run out yet."""
+        return self.is_held and time.time() < self.until
+
+    async def confirm(self, token: str) -> None:
+        """Make sure the lease taken as ``token`` is still this process's, renewing it now.
+
+        For output that no commit fences (a reply streamed as the model writes it): a
+        process that froze past its lease must not show what it can no longer commit.
+
+        Raises:
+            LeaseLostError: Another holder took the session on meanwhile.
+        """
+        if self.token == token and self.is_fresh():
+            return
+        until = time.time() + self._seconds
+        if self.token != token or not await self._store.renew_lease(self._key, token, until=until):
+            if self.token == token:
+                self.lost()
+            raise LeaseLostError(f"{self._key}: another process took this session on")
+        self.until = max(self.until, until)
 
     async def drop(self) -> None:
         """Let the lease go so another process may write the session."""
@@ -231,16 +258,17 @@ class SessionLease:
             await asyncio.sleep(self._seconds / 3)
             if self._closed():
                 return  # the runtime lets its leases go as it closes
+            until = time.time() + self._seconds
             try:
-                kept = await self._store.renew_lease(
-                    self._key, token, until=time.time() + self._seconds
-                )
+                kept = await self._store.renew_lease(self._key, token, until=until)
             except Exception:
                 if self._closed():
                     return
                 logger.warning("could not renew the lease of %s; trying again", self._key)
                 continue
-            if not kept:
+            if kept:
+                self.until = max(self.until, until)
+            else:
                 # another took it (and maybe let it go): our next commit is refused
                 logger.warning("%s was taken on by another process", self._key)
                 if self.token == token:

@@ -35,7 +35,7 @@ from agent import (
     TurnResult,
     UnknownTurnError,
 )
-from agent.core.model import ModelReply
+from agent.core.model import ModelReply, TextDelta
 from agent.core.records import Commit, SessionKey, StoredSession
 from agent.engine.lease import SessionLease, is_gone, new_holder, retire
 from agent.stores.postgres import PostgresStore
@@ -207,6 +207,44 @@ async def test_a_frozen_replica_keeps_its_session_until_its_lease_runs_out(postg
         finally:
             child.proc.send_signal(signal.SIGCONT)
             await store.close()
+
+
+class PausedStream:
+    """A model that streams a first piece, waits for the test, then streams the rest."""
+
+    def __init__(self) -> None:
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        yield TextDelta(text="before ")
+        self.paused.set()
+        await self.go.wait()
+        yield TextDelta(text="after")
+        yield reply("before after")
+
+
+async def test_a_run_that_lost_its_session_mid_stream_streams_nothing_more(stores, caplog):
+    # a streamed delta is fenced by no commit: once the lease is known lost (or may have
+    # run out by the clock), the run stops before showing words it could never commit
+    caplog.set_level(logging.WARNING, logger="agent")
+    model = PausedStream()
+    shown: list[str] = []
+    runtime = AgentRuntime(stores[0], Agent(name="a", model=model), lease_seconds=0.9)
+    async with runtime:
+        session = runtime.session("a", "s1")
+        await session.observe(lambda e: shown.append(e.text) if e.type == "message.delta" else None)
+        await session.start("hello", turn_id="t1")
+        await model.paused.wait()
+        later = time.time() + 3600
+        assert (await stores[1].take_lease(KEY, "far:1:x#1", now=later, until=later + 60)).granted
+        await eventually_logged(caplog, "a/s1 was taken on by another process")
+        model.go.set()
+        await eventually_logged(caplog, "another process took the session on during t1")
+
+    assert shown == ["before "]
+    on_disk = await stores[1].load(KEY)
+    assert [m.role for m in on_disk.transcript] == ["user"]  # the reply never committed
 
 
 async def run_and_stall(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,11 +43,24 @@ def test_without_credentials_it_says_what_it_needs_and_runs_durable_turns(tmp_pa
 
 
 def test_malformed_database_url_stops_with_one_clear_message(tmp_path):
-    result = run_bot("chat", env={"DATABASE_URL": "postgres://nowhere/db"})
+    result = run_bot("chat", env={"DATABASE_URL": "mysql://nowhere/db"})
 
     assert result.returncode == 2
     assert "DATABASE_URL must look like sqlite:///" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_database_server_that_does_not_answer_stops_with_one_clear_message(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    url = f"postgres://bot:s3cret-pw@127.0.0.1:{port}/agent"
+    result = run_bot("chat", env={"DATABASE_URL": url})
+
+    assert result.returncode == 2
+    assert f"cannot open the database at postgres://bot@127.0.0.1:{port}/agent" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "s3cret" not in result.stderr + result.stdout
 
 
 def test_slack_credentials_are_never_echoed(tmp_path):

@@ -80,7 +80,7 @@ def test_every_problem_is_named_at_once(env, tmp_path):
     broken.write_text("[channels\n")
     found = problems_of(
         env,
-        DATABASE_URL="postgres://admin:hunter2@db.internal/bot",
+        DATABASE_URL="mysql://admin:hunter2@db.internal/bot",
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_API_URL="slack.com/api",
         PORT="70000",
@@ -111,7 +111,7 @@ def test_the_bot_stops_at_start_listing_each_problem_and_no_secret(tmp_path):
     result = run_bot(
         env={
             "SLACK_BOT_TOKEN": BOT_TOKEN,
-            "DATABASE_URL": "postgres://admin:hunter2@db.internal/bot",
+            "DATABASE_URL": "mysql://admin:hunter2@db.internal/bot",
             "PORT": "0",
         }
     )

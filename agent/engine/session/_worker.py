@@ -190,6 +190,7 @@ class Worker:
             clock=self._shared.host.clock,
             holder=token,
             opened_here=turn_id in self._shared.opened_here,
+            still_ours=lambda: self._shared.lease.confirm(token),
         )
         self._shared.opened_here.discard(turn_id)
         self._shared.running = run

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent._json import JsonValue
@@ -55,10 +55,14 @@ class RunContext:
         emit: Callable[[TurnEvent], None],
         clock: Callable[[], float],
         holder: str | None,
+        still_ours: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.agent = agent
         self.holder = holder
         """The session's lease this run writes under: the store refuses it once another took it."""
+        self.still_ours = still_ours
+        """Raises `LeaseLostError` once another process took the session on: asked before
+        output no commit fences (a streamed delta) goes out."""
         self.store = store
         self.key = key
         self.state = state

@@ -19,7 +19,7 @@ from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
 from agent.core.records import Commit, StoredMessage, StoredStep
 from agent.definition.tools import describe_error
 from agent.engine.turn.context import Interrupted, RunContext, StepFailed, is_being_cancelled
-from agent.errors import ModelError
+from agent.errors import LeaseLostError, ModelError
 
 __all__ = ["FinalReply", "model_step"]
 
@@ -121,13 +121,15 @@ async def _stream_reply(run: RunContext, step: str, attempt: int) -> ModelReply 
     reply: ModelReply | None = None
     try:
         async for event in run.agent.model.stream(request):
+            if run.still_ours is not None and isinstance(event, TextDelta | ThinkingDelta):
+                await run.still_ours()  # woken past its lease, a process shows nothing more
             if isinstance(event, TextDelta):
                 run.emit(MessageDelta, text=event.text, attempt=attempt)
             elif isinstance(event, ThinkingDelta):
                 run.emit(ReasoningDelta, text=event.text, attempt=attempt)
             else:
                 reply = event
-    except ModelError:
+    except (ModelError, LeaseLostError):
         raise
     except Exception as exc:
         raise StepFailed(describe_error(exc), phase="model", step=step) from exc

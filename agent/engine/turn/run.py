@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from agent.core.events import (
     InputRequested,
@@ -71,6 +71,7 @@ class TurnRun:
         clock: Callable[[], float] = time.time,
         holder: str | None = None,
         opened_here: bool = False,
+        still_ours: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Set up one run of ``record``'s turn.
 
@@ -88,6 +89,7 @@ class TurnRun:
             emit=emit,
             clock=clock,
             holder=holder,
+            still_ours=still_ours,
         )
 
     @property

@@ -37,7 +37,8 @@ def redacted(url: str) -> str:
         return "a PostgreSQL URL"
     host = info.get("host", "localhost")
     port = info.get("port", "5432")
-    return f"postgresql://{info.get('user', '')}@{host}:{port}/{info.get('dbname', '')}"
+    user = f"{info['user']}@" if info.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{info.get('dbname', '')}"
 
 
 class Pool:

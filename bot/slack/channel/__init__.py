@@ -193,15 +193,25 @@ class SlackChannel:
                 del self._admissions[session_id]  # nobody waits for this thread: drop its lock
 
     def emit(self, event: TurnEvent) -> None:
-        """See every turn start: one resumed with nobody watching (its request expired) is shown."""
-        if event.type != "turn.started" or event.trigger != "resume" or event.agent != self.agent:
+        """See every turn start here that nobody here shows, and show it.
+
+        One resumed with nobody watching (its request expired) says how its request
+        was settled, then goes on. One a person's message opened was admitted by
+        another process, which died or froze since (this one took the session
+        over): its reply is taken up where that process left it.
+        """
+        if event.type != "turn.started" or event.agent != self.agent:
             return
-        if event.session.startswith("slack:") and not self._watching.is_claimed(event.turn_id):
-            self._watching.claim(event.turn_id)
-            self.spawn(
-                self._decisions.settled_elsewhere(event.session, event.turn_id),
-                name=f"reply {event.turn_id}",
-            )
+        if not event.session.startswith("slack:") or self._watching.is_claimed(event.turn_id):
+            return
+        if event.trigger == "resume":
+            work = self._decisions.settled_elsewhere(event.session, event.turn_id)
+        elif event.trigger == "inbound":
+            work = self._recovery.take_over(event.session, event.turn_id)
+        else:
+            return  # a schedule's firing: shown by whoever claimed its delivery
+        self._watching.claim(event.turn_id)
+        self.spawn(work, name=f"reply {event.turn_id}")
 
     # -- clicks, start-up and turns nobody typed ----------------------------------------
 

@@ -88,6 +88,29 @@ class Recovery:
             count += 1
         return count
 
+    async def take_over(self, session_id: str, turn_id: str) -> None:
+        """Show the rest of a turn this process took over from a replica that died or froze.
+
+        As at start-up, for one turn: a stream the other was opening is settled
+        first, then the reply is taken up where its kept state says. The caller
+        holds a claim on the turn; the reply gives it back.
+        """
+        try:
+            kept = await self._deliveries.every_kept()
+            state = kept.get((session_id, turn_id))
+            if state is not None and state.opening:
+                await self._settle_opening(session_id, turn_id, state, kept)
+            thread = await self._deliveries.thread_for(session_id, turn_id)
+        except BaseException:
+            self._watching.release(turn_id)
+            raise
+        if thread is None:
+            logger.error("turn %s was taken over, but where to show it is not known", turn_id)
+            self._watching.release(turn_id)
+            return
+        logger.info("turn %s: taken over from another process; its reply goes on here", turn_id)
+        await self._watching.reply(thread, turn_id, taking_up=True)
+
     async def _settle_opening(
         self, session_id: str, turn_id: str, state: DeliveryState, kept: dict[Owed, DeliveryState]
     ) -> DeliveryState:

@@ -1,0 +1,248 @@
+"""Three ``python -m bot`` replicas on one PostgreSQL database, behind a round-robin proxy.
+
+Slack's requests reach whichever replica the proxy picks, as behind a load
+balancer. One replica is SIGKILLed in the middle of a turn: another takes the
+session over at once (the dead one's liveness lock is gone from the database)
+and finishes the same reply, once. One is SIGSTOPped: it keeps its sessions
+until their leases run out, and writes nothing when it wakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import psycopg
+import pytest
+from aiohttp import web
+
+from tests.bot.test_slack_process import (
+    WAIT,
+    Running,
+    bot_process,
+    free_port,
+    mention,
+    post_signed,
+    until,
+)
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
+from tests.fakes.slack_api import FakeSlack, Message
+
+FINAL = "Noted: the deploy is at noon, and I will remember it."
+LEASE_SECONDS = 10.0
+"""Long beside the sweep: a dead replica is seen by its lock, not by its lease running out."""
+SWEEP_SECONDS = 2.0
+"""How often each replica's runtime looks for turns nobody runs (AgentRuntime's default)."""
+
+
+@dataclass
+class Proxy:
+    """A round-robin proxy for ``POST /slack/events``, body and headers kept as they are."""
+
+    ports: list[int]
+    port: int = field(default_factory=free_port)
+    sent_to: list[int] = field(default_factory=list)
+
+    async def __aenter__(self) -> Proxy:
+        turns = itertools.cycle(range(len(self.ports)))
+        self._http = aiohttp.ClientSession()
+
+        async def forward(request: web.Request) -> web.Response:
+            body = await request.read()
+            headers = {k: v for k, v in request.headers.items() if k.lower().startswith("x-slack")}
+            headers["Content-Type"] = request.headers.get("Content-Type", "application/json")
+            for _ in self.ports:  # a replica that is down is skipped, as a balancer would
+                port = self.ports[next(turns)]
+                try:
+                    async with self._http.post(
+                        f"http://127.0.0.1:{port}/slack/events",
+                        data=body,
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=3),
+                    ) as r:
+                        self.sent_to.append(port)
+                        return web.Response(status=r.status, body=await r.read())
+                except (aiohttp.ClientError, TimeoutError):
+                    continue
+            return web.Response(status=502)
+
+        app = web.Application()
+        app.router.add_post("/slack/events", forward)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._runner.cleanup()
+        await self._http.close()
+
+
+Replicas = Callable[..., Awaitable[list[Running]]]
+
+
+@pytest.fixture
+async def replicas(
+    slack: FakeSlack, tmp_path: Path, postgres_url: str
+) -> AsyncIterator[Callable[..., Awaitable[list[Running]]]]:
+    started: list[Running] = []
+
+    async def start(count: int, **extra: str) -> list[Running]:
+        for n in range(count):
+            folder = tmp_path / f"replica{n}"
+            folder.mkdir()
+            port = free_port()
+            proc = await bot_process(
+                slack,
+                folder,
+                port,
+                stderr=asyncio.subprocess.STDOUT,
+                **({"DATABASE_URL": postgres_url, "LEASE_SECONDS": str(LEASE_SECONDS)} | extra),
+            )
+            started.append(Running(proc, port))
+        for running in started:
+            await running.line_starting("Serving Slack events on")
+        return started
+
+    try:
+        yield start
+    finally:
+        for running in started:
+            if running.proc.returncode is None:
+                running.proc.send_signal(signal.SIGCONT)
+                running.proc.kill()
+                await running.proc.wait()
+            await running.stopped()
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as fake:
+        yield fake
+
+
+def holder_pid(postgres_url: str, session_id: str) -> int | None:
+    """The pid of the process holding the session's lease now (its holder is host:pid:tag#n)."""
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute(
+            "SELECT holder, until FROM leases WHERE session_id = %s", (session_id,)
+        ).fetchone()
+    if row is None or row[1] < time.time():
+        return None
+    return int(row[0].split(":")[-2])
+
+
+def rows(postgres_url: str, sql: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(postgres_url) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def bot_replies(slack: FakeSlack, ts: str) -> list[Message]:
+    return [m for m in slack.replies(slack.channel_id, ts) if m.user != slack.user_id]
+
+
+async def streaming(slack: FakeSlack, ts: str) -> Message:
+    """The thread's reply once it is being streamed, with words in it."""
+    found: list[Message] = []
+
+    def started() -> bool:
+        found[:] = [m for m in bot_replies(slack, ts) if m.stream == "streaming" and m.text]
+        return bool(found)
+
+    await until(started, lambda: f"no reply streams: {bot_replies(slack, ts)}")
+    return found[0]
+
+
+async def test_a_replica_killed_mid_turn_is_taken_over_at_once_and_its_reply_posted_once(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    async with FakeAnthropic() as api:
+        # a local tool step commits; then the owner's reply stalls, and it is killed there
+        api.queue(
+            Reply.tool("remember", {"note": "the deploy is at noon"}),
+            Hang(Reply.text(FINAL), after_events=5),
+            Reply.text(FINAL),
+        )
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        running = await replicas(3, **claude)
+        async with Proxy([r.port for r in running]) as proxy:
+            ts, envelope = mention(slack, "remember that the deploy is at noon")
+            session_id = f"slack:{slack.team_id}:{slack.channel_id}:{ts}"
+            assert await post_signed(proxy.port, envelope) == 200
+            await asyncio.wait_for(api.hung.wait(), WAIT)
+            stale = await streaming(slack, ts)
+            owner = holder_pid(postgres_url, session_id)
+            assert owner in {r.proc.pid for r in running}
+
+            os.kill(owner, signal.SIGKILL)
+            killed = time.monotonic()
+            await until(lambda: len(api.requests) == 3, "another replica asks the model again")
+            taken_over_in = time.monotonic() - killed
+            await until(
+                lambda: any(
+                    m.text == FINAL and m.stream != "streaming" for m in bot_replies(slack, ts)
+                ),
+                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
+            )
+
+    # taken over as soon as a sweep looked (every 2 s): the dead one's lock was gone, where
+    # its lease had another ten seconds to run
+    assert taken_over_in < SWEEP_SECONDS + 1.0, taken_over_in
+    # the same message, finished by the replica that took over
+    [reply] = [m for m in bot_replies(slack, ts) if m.stream is not None]
+    assert (reply.ts, reply.text, reply.stream) == (stale.ts, FINAL, "stopped")
+    # the local tool's row, written once; the turn completed once
+    assert rows(postgres_url, "SELECT note FROM channel_notes") == [("the deploy is at noon",)]
+    assert rows(postgres_url, "SELECT status FROM turns") == [("completed",)]
+
+
+async def test_a_frozen_replica_loses_its_session_after_the_lease_and_writes_nothing_awake(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    woken = asyncio.Event()
+    async with FakeAnthropic() as api:
+        # the frozen owner's reply comes only once it is awake, after the takeover
+        api.queue(
+            Reply.tool("remember", {"note": "the deploy is at noon"}),
+            Hang(Reply.text("A stale answer from a replica that froze."), 5, release=woken),
+            Reply.text(FINAL),
+        )
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        running = await replicas(3, LEASE_SECONDS="3", **claude)
+        async with Proxy([r.port for r in running]) as proxy:
+            ts, envelope = mention(slack, "remember that the deploy is at noon")
+            session_id = f"slack:{slack.team_id}:{slack.channel_id}:{ts}"
+            assert await post_signed(proxy.port, envelope) == 200
+            await asyncio.wait_for(api.hung.wait(), WAIT)
+            await streaming(slack, ts)
+            owner = holder_pid(postgres_url, session_id)
+            [frozen] = [r for r in running if r.proc.pid == owner]
+
+            frozen.proc.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            await until(lambda: len(api.requests) == 3, "another replica takes the turn on")
+            # alive to the database (its lock is held), it kept the session for its lease
+            assert time.monotonic() - stopped >= 3.0 - 0.5
+            await until(
+                lambda: any(
+                    m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)
+                ),
+                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
+            )
+            settled = rows(postgres_url, "SELECT idx, body FROM messages ORDER BY idx")
+
+            frozen.proc.send_signal(signal.SIGCONT)
+            woken.set()  # its model call answers now: it has a step to commit, and may not
+            await frozen.line_with("took the session on")
+
+    assert rows(postgres_url, "SELECT idx, body FROM messages ORDER BY idx") == settled
+    assert rows(postgres_url, "SELECT status FROM turns") == [("completed",)]
+    assert rows(postgres_url, "SELECT note FROM channel_notes") == [("the deploy is at noon",)]
+    assert [m.text for m in bot_replies(slack, ts) if m.stream is not None] == [FINAL]
