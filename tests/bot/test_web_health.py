@@ -9,10 +9,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+import psycopg
 import pytest
 from aiohttp import web
 
-from agent import MemoryStore, SessionKey, SessionStore, SQLiteStore, StoreError
+from agent import MemoryStore, PostgresStore, SessionKey, SessionStore, SQLiteStore, StoreError
 from bot.web.health import add_health_check
 from tests.fakes.local_server import serve_locally
 
@@ -26,8 +27,10 @@ class AilingStore(MemoryStore):
         super().__init__()
         self.failing = False
         self.hanging = False
+        self.reads = 0
 
     async def has_session(self, key: SessionKey) -> bool:
+        self.reads += 1
         if self.failing:
             raise StoreError("database is locked")
         if self.hanging:
@@ -75,13 +78,34 @@ async def test_healthz_answers_503_once_the_store_is_closed(tmp_path: Path):
         assert await ask() == UNAVAILABLE
 
 
+async def test_healthz_answers_503_while_postgresql_does_not_answer_and_200_once_it_does(
+    postgres_url: str,
+):
+    store = await PostgresStore.open(postgres_url)
+    try:
+        async with health_served(store, deadline=0.2) as ask:
+            assert await ask() == (200, "ok")
+            # another connection holds the table the read needs, as a long migration would
+            async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+                await blocker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+
+                assert [await ask(), await ask()] == [UNAVAILABLE] * 2
+            # the blocker's transaction ended with its connection, and the lock with it
+
+            assert await ask() == (200, "ok")
+    finally:
+        await store.close()
+
+
 async def test_healthz_answers_503_when_the_store_does_not_answer_in_time():
     store = AilingStore()
     store.hanging = True
     async with health_served(store, deadline=0.05) as ask:
-        assert await ask() == UNAVAILABLE
-        store.hanging = False
+        assert [await ask(), await ask(), await ask()] == [UNAVAILABLE] * 3
+        assert store.reads == 1  # each ask waited for the one read still in flight
 
+    store.hanging = False
+    async with health_served(store) as ask:
         assert await ask() == (200, "ok")
 
 
