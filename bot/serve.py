@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from agent import describe_database
+from agent import SessionStore, describe_database
 from bot import texts
 from bot.config_file import BotConfig, load_bot_config
 from bot.engine import Engine, open_database, open_engine, pruning
@@ -33,6 +33,7 @@ from bot.terminal import chat
 from bot.web.api.surface import SOURCE as API_SOURCE
 from bot.web.api.surface import Api, api_for, is_api_session
 from bot.web.app import listening, mount_web, web_application
+from bot.web.health import add_health_check
 
 if TYPE_CHECKING:
     from bot.slack.channel import SlackChannel
@@ -82,7 +83,7 @@ async def serve_slack(settings: Settings) -> None:
         # still reach its thread.
         await channel.resume_replies()
         _say_resumed(await engine.runtime.start())
-        await _take_slack_events(stack, settings, channel, slack, api)
+        await _take_slack_events(stack, settings, channel, slack, api, engine.store)
         await stack.enter_async_context(pruning(engine.log))
         schedules.start()
         if config.schedules:
@@ -113,7 +114,8 @@ async def serve_local(settings: Settings) -> None:
         await stack.enter_async_context(_said_on_a_clean_stop(texts.STOPPING_LOCAL))
         # loopback only, unless tokens say who is asking
         host = "127.0.0.1" if api.auth.is_local else "0.0.0.0"
-        await stack.enter_async_context(listening(web_application(api), host, settings.port))
+        app = web_application(api, engine.store)
+        await stack.enter_async_context(listening(app, host, settings.port))
         await stack.enter_async_context(pruning(engine.log))
         address = f"http://{host}:{settings.port}/"
         where = describe_database(settings.database_url)
@@ -216,8 +218,9 @@ async def _take_slack_events(
     channel: SlackChannel,
     slack: SlackConnection,
     api: Api | None,
+    store: SessionStore,
 ) -> None:
-    """Take events from Slack (HTTP or Socket Mode), and serve the API, until ``stack`` closes."""
+    """Take events from Slack, serve ``/healthz`` and the API, until ``stack`` closes."""
     from bot.slack.app import bolt_app
     from bot.slack.http import web_app
     from bot.slack.run import socket_mode
@@ -227,14 +230,17 @@ async def _take_slack_events(
     if settings.slack_app_token is not None:
         app_token = settings.slack_app_token.get_secret_value()
         await stack.enter_async_context(socket_mode(bolt, slack.client, app_token))
+        # no event comes over HTTP, but a platform or a proxy still asks /healthz on PORT
+        await stack.enter_async_context(
+            listening(web_application(api, store), "0.0.0.0", settings.port)
+        )
+        print(texts.health_check_on(settings.port), flush=True)
         if api is not None:
-            await stack.enter_async_context(
-                listening(web_application(api), "0.0.0.0", settings.port)
-            )
             print(texts.api_beside_slack(settings.port), flush=True)
         return
     assert signing is not None
     app = web_app(bolt, signing.get_secret_value())
+    add_health_check(app, store)
     if api is not None:
         mount_web(app, api)
     # every interface: Slack (or the proxy in front) must reach it

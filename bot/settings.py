@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     replace_in_flight: bool = True
     """A newer message in a thread supersedes the thread's unfinished reply."""
     port: int = 3000
-    """Where ``POST /slack/events`` and ``GET /healthz`` are served (HTTP mode)."""
+    """Where ``POST /slack/events`` (HTTP mode) and ``GET /healthz`` (every mode) are served."""
     database_url: str = "sqlite:///data/bot.db"
     lease_seconds: float = 30.0
     """How long a session stays a process's to write unless renewed: a replica that

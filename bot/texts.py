@@ -54,6 +54,11 @@ STOPPING_SLACK = "Stopping: no new events; replies in flight get a few seconds."
 STOPPING_LOCAL = "Stopping: unfinished turns stay on disk and resume at the next start."
 
 
+def health_check_on(port: int) -> str:
+    """What the bot says in Socket Mode, where ``/healthz`` is all it serves over HTTP."""
+    return f"Serving the health check on http://0.0.0.0:{port}/healthz."
+
+
 def api_beside_slack(port: int) -> str:
     """What the bot says when it serves the console and the API beside Slack."""
     return f"Serving the web console and the API on http://0.0.0.0:{port}/ (bearer tokens)."

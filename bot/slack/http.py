@@ -1,4 +1,4 @@
-"""The HTTP face of the Slack app: ``POST /slack/events`` and ``GET /healthz``.
+"""The HTTP face of the Slack app: ``POST /slack/events`` (`bot.serve` adds ``/healthz``).
 
 The signature is checked here, over the body's bytes, before the body is read
 as text or parsed, so a forged request is refused whatever its body (401), and
@@ -31,7 +31,7 @@ STALE_AFTER_SECONDS = 5 * 60
 
 
 def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
-    """An aiohttp application serving ``bolt`` on ``/slack/events``, and ``/healthz``."""
+    """An aiohttp application serving ``bolt`` on ``/slack/events``."""
     secret = signing_secret.encode()
 
     async def slack_events(request: web.Request) -> web.Response:
@@ -57,12 +57,8 @@ def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
             bolt_request.context = build_async_context(AsyncBoltContext({}), command)
         return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     app = web.Application()
     app.router.add_post("/slack/events", slack_events)
-    app.router.add_get("/healthz", healthz)
     return app
 
 

@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from agent import ConfigError
+from agent import ConfigError, SessionStore
 from bot.web.api.routes import api_app
 from bot.web.api.surface import Api
 from bot.web.console import console_route
+from bot.web.health import add_health_check
 
 __all__ = ["listening", "mount_web", "web_application"]
 
@@ -21,15 +22,15 @@ def mount_web(app: web.Application, api: Api) -> None:
     app.add_subapp("/api", api_app(api))
 
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+def web_application(api: Api | None, store: SessionStore) -> web.Application:
+    """A stand-alone application: ``/healthz`` on ``store``, and the console and ``api``.
 
-
-def web_application(api: Api) -> web.Application:
-    """A stand-alone application serving the console, the API and ``/healthz``."""
+    With no ``api`` (Socket Mode without ``API_TOKENS``) it serves the health check alone.
+    """
     app = web.Application()
-    mount_web(app, api)
-    app.router.add_get("/healthz", _healthz)
+    if api is not None:
+        mount_web(app, api)
+    add_health_check(app, store)
     return app
 
 

@@ -45,6 +45,7 @@ from bot.slack.channel import SlackChannel
 from bot.slack.http import web_app
 from bot.slack.run import slack_client
 from bot.slack.tools import slack_tools
+from bot.web.health import add_health_check
 from tests.fakes.local_server import serve_locally
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -288,7 +289,9 @@ async def running_bot(tmp_path: Path, **channel_options: Any) -> AsyncIterator[B
         channel = SlackChannel(
             runtime, "bot", client, bot_user_id=slack.bot_user_id, **channel_options
         )
-        runner, url = await serve_locally(web_app(bolt_app(channel, client, SECRET), SECRET))
+        app = web_app(bolt_app(channel, client, SECRET), SECRET)
+        add_health_check(app, store)  # as bot.serve composes it
+        runner, url = await serve_locally(app)
         try:
             yield Bot(slack, url, http, model, runtime, hold, held, channel, client)
         finally:

@@ -448,6 +448,31 @@ async def test_in_socket_mode_events_and_clicks_come_over_the_socket_and_are_ack
         assert len(api.requests) == 2  # the retried envelope made no second turn
 
 
+@pytest.mark.parametrize("socket_mode", [False, True], ids=["http", "socket-mode"])
+async def test_the_bot_process_answers_its_health_check_on_port_in_either_mode(
+    slack: FakeSlack, launch: Launch, socket_mode: bool
+):
+    if socket_mode:  # no event comes over HTTP: the port serves the health check alone
+        bot = await launch(
+            ready="Serving the health check on",
+            SLACK_APP_TOKEN=slack.app_token,
+            SLACK_SIGNING_SECRET=None,
+        )
+    else:
+        bot = await launch()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{bot.port}/healthz") as r:
+            health = (r.status, await r.text())
+        async with http.get(f"http://127.0.0.1:{bot.port}/api/info") as r:
+            api = r.status
+
+    assert health == (200, "ok")
+    assert api == 404  # no API_TOKENS: no console, no API
+    if socket_mode:
+        await bot.line_starting("Connected to Slack in Socket Mode.")
+        assert not any("Serving Slack events" in line for line in bot.out)
+
+
 async def test_the_api_and_console_are_served_beside_slack_only_with_tokens(
     slack: FakeSlack, launch: Launch
 ):

@@ -182,7 +182,7 @@ async def serving(
         model=DEMO_MODEL_NAME,
         offline=True,
     )
-    runner = web.AppRunner(web_application(api), access_log=None, shutdown_timeout=0.5)
+    runner = web.AppRunner(web_application(api, store), access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
