@@ -7,8 +7,8 @@ piece of work that produces one inside the transaction) and never holds a
 transaction open across an ``await``. A step's memo points at the transcript
 message it committed with, so every result is stored once.
 
-`SessionStore` is the composition of five role protocols (`TurnStore`,
-`LeaseStore`, `DeliveryStore`, `PlacePolicyStore`, `EventLogStore`), so code
+`SessionStore` is the composition of six role protocols (`TurnStore`,
+`LeaseStore`, `DeliveryStore`, `PlacePolicyStore`, `EventLogStore`, `InboxStore`), so code
 that needs one role can say which; every store implements them all, and
 ``tests/agent/stores/`` holds the contract each method keeps on every store.
 """
@@ -24,6 +24,7 @@ from agent.core.model import ModelRequest, ModelStreamEvent
 from agent.core.records import (
     Archive,
     Commit,
+    InboxItem,
     LeaseTaken,
     LogBounds,
     SessionKey,
@@ -36,6 +37,7 @@ __all__ = [
     "DeliveryStore",
     "EventLogStore",
     "EventSink",
+    "InboxStore",
     "LeaseStore",
     "Model",
     "PlacePolicyStore",
@@ -240,7 +242,35 @@ class EventLogStore(Protocol):
         ...
 
 
-class SessionStore(TurnStore, LeaseStore, DeliveryStore, PlacePolicyStore, EventLogStore, Protocol):
+class InboxStore(Protocol):
+    """Work handed to a session's owner by a process that does not hold the session.
+
+    A replica that gets a person's message (or click) for a session another live
+    replica writes posts it here; the owner carries each item out in the commit
+    that deletes it (`Commit.inbox_done`), so it is carried out exactly once.
+    """
+
+    async def post_inbox(
+        self, key: SessionKey, kind: str, ref: str, body: JsonValue, *, at: float
+    ) -> bool:
+        """Keep an item for the session's owner; False if one of that kind and ref is kept.
+
+        So the same Slack event redelivered to two replicas is one item.
+        """
+        ...
+
+    async def read_inbox(self, key: SessionKey) -> list[InboxItem]:
+        """The session's items still to carry out, oldest first."""
+        ...
+
+    async def inbox_sessions(self) -> list[SessionKey]:
+        """Every session with an item still to carry out."""
+        ...
+
+
+class SessionStore(
+    TurnStore, LeaseStore, DeliveryStore, PlacePolicyStore, EventLogStore, InboxStore, Protocol
+):
     """Durable home of transcripts, step memos and turn records: every role above in one.
 
     The engine and the bot take a `SessionStore`; a part of them that needs one

@@ -12,6 +12,7 @@ from agent.core.turns import TurnRecord
 __all__ = [
     "Archive",
     "Commit",
+    "InboxItem",
     "LeaseTaken",
     "LogBounds",
     "SessionKey",
@@ -84,6 +85,22 @@ class Commit:
     """The writer's lease: write only if no other holder took the session's lease
     since; otherwise write nothing and raise `LeaseLostError` (a process that
     stalled past its lease must not write over the one that took the session on)."""
+    inbox_done: tuple[int, ...] = ()
+    """Inbox items this commit carries out: deleted with it, so each is carried out
+    once. One already gone raises `StoreConflictError` and writes nothing."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxItem:
+    """Work another process handed to the session's owner: a start, cancel, answer or reset."""
+
+    id: int
+    """Its number in the store, which a `Commit` names in ``inbox_done``."""
+    kind: str
+    ref: str
+    """What it is about (the turn id of a start or cancel): one item per kind and ref."""
+    body: JsonValue
+    at: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from agent.core.messages import Message
 from agent.core.records import (
     Archive,
     Commit,
+    InboxItem,
     LeaseTaken,
     LogBounds,
     SessionKey,
@@ -56,6 +58,8 @@ class MemoryStore:
         self._sessions: dict[SessionKey, _Session] = {}
         self._leases: dict[SessionKey, Lease] = {}
         self._place_policies: dict[tuple[str, str], JsonValue] = {}
+        self._inbox: dict[int, tuple[SessionKey, InboxItem]] = {}
+        self._inbox_ids = itertools.count(1)
 
     async def close(self) -> None:
         """Nothing to release; here so both stores close alike."""
@@ -268,8 +272,11 @@ class MemoryStore:
             reset_through=live.reset_through,
             is_index_taken=lambda index: index in s.messages,
             is_step_taken=lambda turn_id, step_id: (turn_id, step_id) in s.steps,
+            is_in_inbox=lambda item: self._inbox.get(item, (None,))[0] == key,
         )
         self._sessions[key] = s
+        for item in commit.inbox_done:
+            del self._inbox[item]
         for m in commit.messages:
             s.messages[m.index] = m.message
         for st in commit.steps:
@@ -284,6 +291,22 @@ class MemoryStore:
                 steps=_take_steps(s.steps, retired),
             )
             s.messages.clear()
+
+    async def post_inbox(
+        self, key: SessionKey, kind: str, ref: str, body: JsonValue, *, at: float
+    ) -> bool:
+        if any(k == key and (i.kind, i.ref) == (kind, ref) for k, i in self._inbox.values()):
+            return False
+        number = next(self._inbox_ids)
+        item = InboxItem(id=number, kind=kind, ref=ref, body=copy.deepcopy(body), at=at)
+        self._inbox[number] = (key, item)
+        return True
+
+    async def read_inbox(self, key: SessionKey) -> list[InboxItem]:
+        return [copy.deepcopy(item) for _, (k, item) in sorted(self._inbox.items()) if k == key]
+
+    async def inbox_sessions(self) -> list[SessionKey]:
+        return sorted({k for k, _ in self._inbox.values()}, key=lambda k: (k.agent, k.session_id))
 
 
 def _status_of(live: StoredSession, turn_id: str) -> str | None:

@@ -17,7 +17,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent.core.records import Commit, LeaseTaken, SessionKey, SessionSummary, StoredSession
+from agent._json import loads
+from agent.core.records import (
+    Commit,
+    InboxItem,
+    LeaseTaken,
+    SessionKey,
+    SessionSummary,
+    StoredSession,
+)
 from agent.core.turns import TURN_RECORD_ADAPTER, TURN_STATUSES_UNFINISHED, TurnRecord
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
@@ -30,8 +38,10 @@ __all__ = [
     "check_commit",
     "check_expected",
     "check_holder",
+    "check_inbox_done",
     "check_reset_pending",
     "counts_as_a_session",
+    "inbox_items",
     "is_held_by",
     "newest_first",
     "summaries",
@@ -105,6 +115,7 @@ def check_commit(
     reset_through: int | None,
     is_index_taken: Callable[[int], bool],
     is_step_taken: Callable[[str, str], bool],
+    is_in_inbox: Callable[[int], bool] = lambda item: False,
 ) -> None:
     """Every check of a commit, in order, before it writes anything (all or nothing).
 
@@ -116,10 +127,11 @@ def check_commit(
         reset_through: The stored pending reset, or None.
         is_index_taken: Whether the transcript holds a message at an index.
         is_step_taken: Whether a turn's step (turn id, step id) has a memo already.
+        is_in_inbox: Whether the session's inbox still holds an item.
 
     Raises:
         LeaseLostError: See `check_holder`.
-        StoreConflictError: See `check_expected`.
+        StoreConflictError: See `check_expected` and `check_inbox_done`.
         StoreError: An archive with no reset pending, or a taken index or step.
     """
     check_holder(key, commit.holder, holder)
@@ -133,6 +145,20 @@ def check_commit(
     for step in commit.steps:
         if is_step_taken(step.turn_id, step.step_id):
             raise StoreError(f"{key}: step {step.step_id} is already committed")
+    check_inbox_done(key, commit.inbox_done, is_in_inbox)
+
+
+def check_inbox_done(
+    key: SessionKey, done: Iterable[int], is_in_inbox: Callable[[int], bool]
+) -> None:
+    """Refuse a commit that carries out an inbox item another writer carried out already.
+
+    Raises:
+        StoreConflictError: The item is gone from the inbox.
+    """
+    for item in done:
+        if not is_in_inbox(item):
+            raise StoreConflictError(f"{key}: inbox item {item} was carried out already")
 
 
 # -- leases ------------------------------------------------------------------
@@ -203,6 +229,14 @@ def summaries(rows: Iterable[tuple[Any, ...]]) -> list[SessionSummary]:
         )
         for session_id, status, last_event, updated_at, record in rows
     )
+
+
+def inbox_items(rows: Iterable[tuple[Any, ...]]) -> list[InboxItem]:
+    """A SQL store's inbox rows (id, kind, ref, body as JSON, at) as items."""
+    return [
+        InboxItem(id=number, kind=kind, ref=ref, body=loads(body), at=at)
+        for number, kind, ref, body, at in rows
+    ]
 
 
 def newest_first(found: Iterable[SessionSummary]) -> list[SessionSummary]:

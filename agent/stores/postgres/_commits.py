@@ -106,6 +106,13 @@ def _apply(conn: Conn, key: SessionKey, sid: int, commit: Commit) -> None:
         return None if found is None else str(found[0])
 
     _rules.check_expected(key, commit.expect, status_of)
+    if commit.inbox_done:
+        rows = conn.execute(
+            "DELETE FROM inbox WHERE id = ANY(%s) AND agent = %s AND session_id = %s RETURNING id",
+            (list(commit.inbox_done), key.agent, key.session_id),
+        ).fetchall()
+        deleted = {row[0] for row in rows}
+        _rules.check_inbox_done(key, commit.inbox_done, deleted.__contains__)
     with conn.cursor() as cursor:
         if commit.messages:
             cursor.executemany(

@@ -22,6 +22,7 @@ __all__ = [
     "deliveries",
     "event_bounds",
     "has_session",
+    "inbox_sessions",
     "list_sessions",
     "load",
     "load_archive",
@@ -30,6 +31,7 @@ __all__ = [
     "pending_resets",
     "place_policies",
     "read_events",
+    "read_inbox",
     "turns_in",
 ]
 
@@ -226,3 +228,16 @@ def list_sessions(conn: Conn, agent: str, prefix: str) -> list[tuple[Any, ...]]:
         f" AND {_COUNTS_AS_A_SESSION}",
         (agent, len(prefix), prefix),
     ).fetchall()
+
+
+def read_inbox(conn: Conn, key: SessionKey) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT id, kind, ref, body, at FROM inbox WHERE agent = %s AND session_id = %s"
+        " ORDER BY id",
+        (key.agent, key.session_id),
+    ).fetchall()
+
+
+def inbox_sessions(conn: Conn) -> list[SessionKey]:
+    rows = conn.execute("SELECT DISTINCT agent, session_id FROM inbox ORDER BY 1, 2").fetchall()
+    return [SessionKey(agent, session_id) for agent, session_id in rows]

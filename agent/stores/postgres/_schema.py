@@ -117,6 +117,21 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX events_at ON events (at);
     """,
+    # work handed to a session's owner by a replica that does not hold it; keyed by name
+    # as leases are, so posting makes no session; one item per kind and ref (a Slack
+    # event redelivered to two replicas is one start)
+    """
+    CREATE TABLE inbox (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        agent text NOT NULL,
+        session_id text NOT NULL,
+        kind text NOT NULL,
+        ref text NOT NULL,
+        body text NOT NULL,
+        at double precision NOT NULL,
+        UNIQUE (agent, session_id, kind, ref)
+    );
+    """,
 )
 
 TABLES: Final = frozenset(
@@ -132,6 +147,7 @@ TABLES: Final = frozenset(
         "leases",
         "place_policies",
         "events",
+        "inbox",
     }
 )
 """Our tables, as `PostgresStore.dump_table` may read them."""

@@ -16,10 +16,12 @@ from agent.stores.postgres._commits import lock_lease
 from agent.stores.postgres._schema import Conn, SessionIds
 
 __all__ = [
+    "INBOX_CHANNEL",
     "PRUNE_BATCH",
     "append_events",
     "claim_delivery",
     "keep_lease",
+    "post_inbox",
     "prune_events",
     "save_delivery",
     "save_place_policy",
@@ -151,3 +153,23 @@ def prune_events(conn: Conn, before: float) -> int:
             (before, PRUNE_BATCH),
         )
         return cursor.rowcount
+
+
+INBOX_CHANNEL = "agent_inbox"
+"""Where a replica that posted to a session's inbox wakes the other replicas."""
+
+
+def post_inbox(conn: Conn, key: SessionKey, kind: str, ref: str, body: str, at: float) -> bool:
+    with conn.transaction():
+        posted = conn.execute(
+            "INSERT INTO inbox (agent, session_id, kind, ref, body, at)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (agent, session_id, kind, ref) DO NOTHING RETURNING 1",
+            (key.agent, key.session_id, kind, ref, body, at),
+        ).fetchone()
+        if posted is not None:
+            # delivered at commit; a small transaction of its own, never a checkpoint's
+            conn.execute(
+                "SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, f"{key.agent}/{key.session_id}")
+            )
+    return posted is not None

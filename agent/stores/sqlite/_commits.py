@@ -114,6 +114,16 @@ def apply(conn: sqlite3.Connection, key: SessionKey, sid: int, rows: Rows) -> No
         return None if found is None else str(found[0])
 
     _rules.check_expected(key, commit.expect, status_of)
+    if commit.inbox_done:
+        deleted = {
+            item
+            for item in commit.inbox_done
+            if conn.execute(
+                "DELETE FROM inbox WHERE id = ? AND agent = ? AND session_id = ?",
+                (item, key.agent, key.session_id),
+            ).rowcount
+        }
+        _rules.check_inbox_done(key, commit.inbox_done, deleted.__contains__)
     if rows.messages:
         conn.executemany(
             "INSERT INTO messages (id, turn_id, role, body) VALUES (?, ?, ?, ?)",

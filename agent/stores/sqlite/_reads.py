@@ -29,6 +29,7 @@ __all__ = [
     "deliveries",
     "event_bounds",
     "has_session",
+    "inbox_sessions",
     "list_sessions",
     "load",
     "load_archive",
@@ -37,6 +38,7 @@ __all__ = [
     "pending_resets",
     "place_policies",
     "read_events",
+    "read_inbox",
     "turns_in",
 ]
 
@@ -219,3 +221,15 @@ def list_sessions(conn: sqlite3.Connection, agent: str, prefix: str) -> list[tup
         f" AND {counts_as_a_session('s.id')}",
         (agent, len(prefix), prefix),
     ).fetchall()
+
+
+def read_inbox(conn: sqlite3.Connection, key: SessionKey) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT id, kind, ref, body, at FROM inbox WHERE agent = ? AND session_id = ? ORDER BY id",
+        (key.agent, key.session_id),
+    ).fetchall()
+
+
+def inbox_sessions(conn: sqlite3.Connection) -> list[SessionKey]:
+    rows = conn.execute("SELECT DISTINCT agent, session_id FROM inbox ORDER BY 1, 2").fetchall()
+    return [SessionKey(agent, session_id) for agent, session_id in rows]

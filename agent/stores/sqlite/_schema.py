@@ -150,6 +150,21 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX events_at ON events (at);
     """,
+    # work handed to a session's owner by a process that does not hold it; keyed by name
+    # as leases are, so posting makes no session; one item per kind and ref (a Slack
+    # event redelivered to two processes is one start)
+    """
+    CREATE TABLE inbox (
+        id INTEGER PRIMARY KEY,
+        agent TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        ref TEXT NOT NULL,
+        body TEXT NOT NULL,
+        at REAL NOT NULL,
+        UNIQUE (agent, session_id, kind, ref)
+    );
+    """,
 )
 
 TABLES: Final = frozenset(
@@ -164,6 +179,7 @@ TABLES: Final = frozenset(
         "deliveries",
         "leases",
         "events",
+        "inbox",
     }
 )
 """Our tables, as `SQLiteStore.dump_table` may read them."""

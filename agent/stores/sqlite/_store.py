@@ -16,6 +16,7 @@ from agent._json import JsonValue, dumps, loads
 from agent.core.records import (
     Archive,
     Commit,
+    InboxItem,
     LeaseTaken,
     LogBounds,
     SessionKey,
@@ -181,6 +182,17 @@ class SQLiteStore:
 
     async def list_sessions(self, agent: str, *, prefix: str = "") -> list[SessionSummary]:
         return _rules.summaries(await self._run(_reads.list_sessions, agent, prefix))
+
+    async def post_inbox(
+        self, key: SessionKey, kind: str, ref: str, body: JsonValue, *, at: float
+    ) -> bool:
+        return await self._run(_writes.post_inbox, self._ids, key, kind, ref, dumps(body), at)
+
+    async def read_inbox(self, key: SessionKey) -> list[InboxItem]:
+        return _rules.inbox_items(await self._run(_reads.read_inbox, key))
+
+    async def inbox_sessions(self) -> list[SessionKey]:
+        return await self._run(_reads.inbox_sessions)
 
     async def dump_table(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of one of our tables, for tests and diagnostics."""

@@ -21,6 +21,7 @@ __all__ = [
     "append_events",
     "claim_delivery",
     "keep_lease",
+    "post_inbox",
     "prune_events",
     "save_delivery",
     "save_place_policy",
@@ -134,3 +135,23 @@ def prune_events(conn: sqlite3.Connection, ids: SessionIds, before: float) -> in
             "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? LIMIT ?)",
             (before, PRUNE_BATCH),
         ).rowcount
+
+
+def post_inbox(
+    conn: sqlite3.Connection,
+    ids: SessionIds,
+    key: SessionKey,
+    kind: str,
+    ref: str,
+    body: str,
+    at: float,
+) -> bool:
+    with transaction(conn, ids):
+        return (
+            conn.execute(
+                "INSERT INTO inbox (agent, session_id, kind, ref, body, at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent, session_id, kind, ref) DO NOTHING",
+                (key.agent, key.session_id, kind, ref, body, at),
+            ).rowcount
+            == 1
+        )

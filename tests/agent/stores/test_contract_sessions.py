@@ -1,6 +1,6 @@
 """The `SessionStore` contract beside the turns, run against every store.
 
-Leases, delivery states, the event log, place policies, and which sessions exist
+Leases, delivery states, the event log, place policies, the inbox, and which sessions exist
 (`has_session` and `list_sessions` agree: a session exists once it admitted a
 turn). The stores are those of `conftest.STORES`.
 """
@@ -12,6 +12,7 @@ import pytest
 from agent import JsonValue, LeaseLostError, TurnInput
 from agent.core.records import Commit, SessionKey, StoredSession
 from agent.core.turns import TurnRecord
+from agent.errors import StoreConflictError
 from tests.agent.stores.rows import (
     KEY,
     OTHER,
@@ -256,3 +257,47 @@ async def test_sessions_are_listed_newest_event_first_with_their_first_words(sto
     await store.prune_events(before=25.0)  # the newest kept event dates a session
     [s1] = [s for s in await store.list_sessions("a") if s.session_id == "s1"]
     assert (s1.last_event, s1.updated_at) == (2, None)
+
+
+# -- the inbox ---------------------------------------------------------------------
+
+
+async def test_an_inbox_item_is_kept_once_per_kind_and_ref_and_read_in_order(store: Store):
+    assert await store.post_inbox(KEY, "start", "t1", {"text": "hi"}, at=1.0)
+    # the same Slack event redelivered to another process: still one item
+    assert not await store.post_inbox(KEY, "start", "t1", {"text": "hi again"}, at=2.0)
+    assert await store.post_inbox(KEY, "cancel", "t1", {"reason": "requested"}, at=3.0)
+    assert await store.post_inbox(OTHER, "start", "t9", None, at=4.0)
+
+    items = await store.read_inbox(KEY)
+    assert [(i.kind, i.ref, i.body, i.at) for i in items] == [
+        ("start", "t1", {"text": "hi"}, 1.0),
+        ("cancel", "t1", {"reason": "requested"}, 3.0),
+    ]
+    assert items[0].id < items[1].id
+    assert await store.inbox_sessions() == [KEY, OTHER]
+    assert not await store.has_session(KEY)  # an item alone makes no session
+
+
+async def test_a_commit_carries_out_inbox_items_once(store: Store):
+    await store.post_inbox(KEY, "start", "t1", {"text": "hi"}, at=1.0)
+    [item] = await store.read_inbox(KEY)
+
+    await store.commit(KEY, Commit(turns=(record("t1", 1),), inbox_done=(item.id,)))
+    assert await store.read_inbox(KEY) == []
+    assert await store.inbox_sessions() == []
+
+    # a second owner carrying out the same item writes nothing
+    with pytest.raises(StoreConflictError, match="carried out already"):
+        await store.commit(KEY, Commit(turns=(record("t2", 2),), inbox_done=(item.id,)))
+    assert list((await store.load(KEY)).turns) == ["t1"]
+    # and after it was carried out, the same ref may come again (the turn id dedupes then)
+    assert await store.post_inbox(KEY, "start", "t1", {"text": "hi"}, at=5.0)
+
+
+async def test_a_session_cannot_carry_out_another_sessions_inbox_item(store: Store):
+    await store.post_inbox(OTHER, "start", "t9", None, at=1.0)
+    [item] = await store.read_inbox(OTHER)
+    with pytest.raises(StoreConflictError):
+        await store.commit(KEY, Commit(turns=(record("t1", 1),), inbox_done=(item.id,)))
+    assert [i.id for i in await store.read_inbox(OTHER)] == [item.id]
