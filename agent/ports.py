@@ -11,12 +11,14 @@ message it committed with, so every result is stored once.
 `LeaseStore`, `DeliveryStore`, `PlacePolicyStore`, `EventLogStore`, `InboxStore`), so code
 that needs one role can say which; every store implements them all, and
 ``tests/agent/stores/`` holds the contract each method keeps on every store.
+`EventWakeups` is optional: a store shared by processes that can tell each of
+them when another appended to a log (PostgreSQL) has it; the others do not.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agent._json import JsonValue
 from agent.core.events import TurnEvent
@@ -37,6 +39,7 @@ __all__ = [
     "DeliveryStore",
     "EventLogStore",
     "EventSink",
+    "EventWakeups",
     "InboxStore",
     "LeaseStore",
     "Model",
@@ -265,6 +268,36 @@ class InboxStore(Protocol):
 
     async def inbox_sessions(self) -> list[SessionKey]:
         """Every session with an item still to carry out."""
+        ...
+
+
+@runtime_checkable
+class EventWakeups(Protocol):
+    """A store that tells this process when any process appended to a session's log.
+
+    Optional: the event log checks for it (``isinstance(store, EventWakeups)``) and
+    then wakes its followers on a notice instead of rereading the log every few
+    seconds. The callbacks run on the event loop and must not block: queue, do
+    not await. A notice comes after the entries it names can be read, never
+    before; it may come late, twice, or for entries the subscriber has seen. It
+    may be lost: one sent while the store was not listening is made up for by a
+    call of ``missed``, one that could not be sent is not, so a subscriber still
+    rereads now and then.
+    """
+
+    def subscribe_events(
+        self, grew: Callable[[SessionKey, int], None], *, missed: Callable[[], None]
+    ) -> None:
+        """Call ``grew(key, last)`` whenever a log is appended to, up to position ``last``.
+
+        ``missed()`` is called whenever notices may have been lost (the store began
+        listening, or listened again after its connection dropped): any log may
+        have grown since.
+        """
+        ...
+
+    def unsubscribe_events(self, grew: Callable[[SessionKey, int], None]) -> None:
+        """Stop calling ``grew`` and its ``missed``; a callback never subscribed is ignored."""
         ...
 
 

@@ -10,6 +10,11 @@ deltas from then on.
 
 An event reaches followers only once it is in the log: a position a client saw
 is always one it can ask to continue from, in this process or another.
+
+What another process logs reaches a follower here when the store says so (an
+`EventWakeups` store: PostgreSQL's NOTIFY), or else at its next reread of the
+log, every poll period. With such a store the reread is only a fallback, for a
+notice that was lost, and comes far less often.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 
 from agent.core.events import TURN_EVENT_ADAPTER, TurnEvent
 from agent.core.records import SessionKey
-from agent.ports import SessionStore
+from agent.ports import EventWakeups, SessionStore
 
 __all__ = ["DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap"]
 
@@ -34,6 +39,8 @@ DEFAULT_RETENTION = 7 * 86_400.0
 READ_PAGE = 500
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
 """Seconds between tries of a log write the store refused; then the batch is dropped."""
+FALLBACK_POLL_SECONDS = 15.0
+"""With a store that wakes followers, how often one rereads the log anyway, at the least."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +70,22 @@ class LogGap:
     first_kept: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    """Read the log: the store says it reaches ``last`` (None: it may have grown)."""
+
+    last: int | None
+    is_quiet: bool = False
+    """Nothing else happened for a poll period: a keep-alive moment, if the read finds none."""
+
+
 @dataclass(slots=True)
 class _Tail:
     """The part of one session's log this process is writing, and who follows it."""
 
     pending: list[TurnEvent] = field(default_factory=list)
     writer: asyncio.Task[None] | None = None
-    followers: set[asyncio.Queue[LogEntry]] = field(default_factory=set)
+    followers: set[asyncio.Queue[LogEntry | _Wake]] = field(default_factory=set)
     last: int | None = None
     """The last position written by this process, once known."""
 
@@ -91,6 +107,7 @@ class EventLog:
         poll_seconds: float = 2.0,
         only: Callable[[SessionKey], bool] | None = None,
         retry_delays: Sequence[float] = RETRY_DELAYS,
+        fallback_poll_seconds: float = FALLBACK_POLL_SECONDS,
     ) -> None:
         """Log events into ``store``.
 
@@ -98,11 +115,15 @@ class EventLog:
             store: Where the log is kept (the runtime's store).
             retention: Seconds a logged event is kept; `prune` deletes older ones.
             clock: Wall-clock seconds; entries are stamped and pruned by it.
-            poll_seconds: How often an idle follower rereads the log, for events
-                another process (on the same database) wrote.
+            poll_seconds: How long a follower waits with nothing happening before
+                it gets a None (a keep-alive moment), and rereads the log, for
+                events another process (on the same database) wrote.
             only: Which sessions to log (None: every one); the others' turns pay nothing.
             retry_delays: Seconds to wait before each new try of a write the store
                 refused; when they run out, the batch is dropped (and logged as such).
+            fallback_poll_seconds: With a store that wakes followers when another
+                process logs (an `EventWakeups`), the reread waits at least this long
+                since the follower's last read: it is only there for a lost notice.
         """
         if retention <= 0:
             raise ValueError("the event log's retention must be a positive number of seconds")
@@ -114,6 +135,10 @@ class EventLog:
         self._closed = False
         self._only = only
         self._retry_delays = tuple(retry_delays)
+        self._wakeups = store if isinstance(store, EventWakeups) else None
+        self._fallback = fallback_poll_seconds
+        self._following = 0
+        """Followers in this process; the store wakes this log while there are any."""
 
     # -- writing --------------------------------------------------------------
 
@@ -241,10 +266,11 @@ class EventLog:
         Yields a `LogGap` first when entries after ``after`` were pruned, and None
         whenever nothing happened for a poll period (a moment for a keep-alive).
         """
-        queue: asyncio.Queue[LogEntry] = asyncio.Queue()
+        queue: asyncio.Queue[LogEntry | _Wake] = asyncio.Queue()
         tail = self._tail(key)
         # listen before reading: what is logged meanwhile is in both, and skipped once
         tail.followers.add(queue)
+        self._add_follower()
         try:
             bounds = await self._store.event_bounds(key)
             position = max(0, after)
@@ -255,19 +281,24 @@ class EventLog:
             async for entry in self._read_after(key, position):
                 position = entry.position
                 yield entry
+            clock = asyncio.get_running_loop().time
+            read_at = clock()
             while True:
-                try:
-                    # cheaper than wait_for, which makes a task of every get
-                    async with asyncio.timeout(self._poll):
-                        entry = await queue.get()
-                except TimeoutError:
-                    found = False
+                item = await self._next(queue, clock() - read_at)
+                if item is None:
+                    yield None
+                    continue
+                if isinstance(item, _Wake):
+                    if item.last is not None and item.last <= position:
+                        continue  # what this process logged, or a read already found
+                    read_at, found = clock(), False
                     async for entry in self._read_after(key, position):
                         position, found = entry.position, True
                         yield entry
-                    if not found:
+                    if item.is_quiet and not found:
                         yield None
                     continue
+                entry = item
                 if entry.delta:
                     if entry.position == position:  # an older one's text is logged already
                         yield entry
@@ -282,7 +313,43 @@ class EventLog:
                 yield entry
         finally:
             tail.followers.discard(queue)
+            self._remove_follower()
             self._let_go_if_idle(key, tail)
+
+    async def _next(
+        self, queue: asyncio.Queue[LogEntry | _Wake], since_read: float
+    ) -> LogEntry | _Wake | None:
+        """A follower's next entry or wake-up; at a quiet moment, a reread if due, or None."""
+        try:
+            # cheaper than wait_for, which makes a task of every get
+            async with asyncio.timeout(self._poll):
+                return await queue.get()
+        except TimeoutError:
+            if self._wakeups is not None and since_read + self._poll < self._fallback:
+                return None  # the store wakes us when another process logs
+            return _Wake(None, is_quiet=True)
+
+    def _add_follower(self) -> None:
+        self._following += 1
+        if self._following == 1 and self._wakeups is not None:
+            self._wakeups.subscribe_events(self._log_grew, missed=self._log_missed)
+
+    def _remove_follower(self) -> None:
+        self._following -= 1
+        if self._following == 0 and self._wakeups is not None:
+            self._wakeups.unsubscribe_events(self._log_grew)
+
+    def _log_grew(self, key: SessionKey, last: int) -> None:
+        # on the event loop, from the store: queue, never await
+        tail = self._tails.get(key)
+        if tail is not None:
+            for queue in tail.followers:
+                queue.put_nowait(_Wake(last))
+
+    def _log_missed(self) -> None:
+        for tail in self._tails.values():
+            for queue in tail.followers:
+                queue.put_nowait(_Wake(None))
 
     async def _read_after(
         self, key: SessionKey, position: int, *, before: int | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
+from typing import cast
 
 from agent import (
     Agent,
@@ -440,3 +442,73 @@ async def test_deltas_alone_write_nothing_and_their_ids_are_never_reused(store):
     second_ids = [e.id for e in second if e.delta]
     assert second_ids
     assert not first_ids & set(second_ids)  # a reconnected client skips none as seen
+
+
+def following(log: EventLog) -> AsyncGenerator[LogEntry | LogGap | None, None]:
+    """``log.follow(KEY)``, stepped through by hand and closed by the test."""
+    return cast("AsyncGenerator[LogEntry | LogGap | None, None]", log.follow(KEY))
+
+
+class WakingStore(MemoryStore):
+    """A store that, like PostgreSQL's, says when a log grew: here, when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subscribers: dict = {}
+
+    def subscribe_events(self, grew, *, missed) -> None:
+        self.subscribers[grew] = missed
+
+    def unsubscribe_events(self, grew) -> None:
+        self.subscribers.pop(grew, None)
+
+    async def append_elsewhere(self, n: int) -> int:
+        """Log an event as another process would: nobody here is told."""
+        started = {"type": "turn.started", "trigger": "inbound"}
+        body = {**started, "agent": "a", "session": "s1", "turn_id": f"t{n}", "seq": 1}
+        (position,) = await self.append_events(KEY, [body], at=1.0)
+        return position
+
+
+async def test_with_a_store_that_wakes_followers_a_quiet_follower_reads_only_when_woken():
+    store = WakingStore()
+    log = EventLog(store, poll_seconds=0.01, fallback_poll_seconds=3600)
+    got: list[LogEntry | LogGap | None] = []
+    follower = following(log)
+    assert await anext(follower) is None  # a quiet moment: the empty log is not read again
+    assert len(store.subscribers) == 1
+    [(grew, missed)] = store.subscribers.items()
+
+    await store.append_elsewhere(1)
+    for _ in range(3):
+        got.append(await anext(follower))
+    assert got == [None, None, None]  # keep-alive moments still come every poll period
+
+    grew(KEY, 1)
+    entry = await anext(follower)
+    assert isinstance(entry, LogEntry)
+    assert entry.position == 1
+    grew(KEY, 1)  # seen already: no read, nothing twice
+    assert await anext(follower) is None
+
+    await store.append_elsewhere(2)
+    missed()  # notices may have been lost: every follower reads
+    entry = await anext(follower)
+    assert isinstance(entry, LogEntry)
+    assert entry.position == 2
+    await follower.aclose()
+    assert store.subscribers == {}  # the last follower left
+
+
+async def test_with_a_store_that_wakes_followers_a_lost_notice_is_found_by_the_slow_poll():
+    store = WakingStore()
+    log = EventLog(store, poll_seconds=0.01, fallback_poll_seconds=0.05)
+    follower = following(log)
+    assert await anext(follower) is None
+    await store.append_elsewhere(1)  # and its notice never comes
+    async with asyncio.timeout(5):
+        while (entry := await anext(follower)) is None:
+            pass
+    assert isinstance(entry, LogEntry)
+    assert entry.position == 1
+    await follower.aclose()

@@ -10,6 +10,7 @@ imports psycopg. The modules, by what they own:
 ``_writes``     leases, delivery states, the event log, place policies
 ``_reads``      every read
 ``_liveness``   the advisory locks that show which lease holders are alive
+``_wakeups``    NOTIFY after each log append commits, and the one LISTEN that wakes followers
 ``_store``      `PostgresStore`, whose methods run those functions
 """
 

@@ -80,11 +80,14 @@ class Pool:
         return pool
 
     def _probe(self) -> None:
-        given = psycopg.conninfo.conninfo_to_dict(self.url)
-        # libpq waits forever for a host that never answers, unless told
-        timeout: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": 10}
-        with psycopg.connect(self.url, **timeout) as conn:
+        with psycopg.connect(self.url, **self._connect_timeout()) as conn:
             conn.execute("SELECT 1")
+
+    def _connect_timeout(self) -> dict[str, Any]:
+        given = psycopg.conninfo.conninfo_to_dict(self.url)
+        # libpq waits forever for a host that never answers unless told, psycopg's
+        # async connect 130 s
+        return {} if "connect_timeout" in given else {"connect_timeout": 10}
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on one of the pool's threads."""
@@ -118,6 +121,12 @@ class Pool:
     def connect(self, **kwargs: Any) -> psycopg.Connection[tuple[Any, ...]]:
         """A connection of its own, outside the pool (the liveness connection)."""
         return psycopg.connect(self.url, **kwargs)
+
+    async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+        """An autocommit connection of its own on the event loop (the notifier, the listener)."""
+        return await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, **self._connect_timeout(), **kwargs
+        )
 
     async def close(self) -> None:
         """Finish the calls queued, then close every connection."""

@@ -2,7 +2,8 @@
 
 The work is in `_commits` (a commit's transaction), `_writes`, `_reads` and
 `_schema`; `_liveness` keeps this store's lease holders visibly alive to the
-other replicas.
+other replicas, and `_wakeups` tells every replica's event log when a session's
+log grew.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agent.stores.postgres._commits import work_and_write, write
 from agent.stores.postgres._connection import Pool
 from agent.stores.postgres._liveness import Liveness
 from agent.stores.postgres._schema import TABLES, Conn, SessionIds, migrate
+from agent.stores.postgres._wakeups import NOTIFY_EVERY, Listener, Notifier
 
 __all__ = ["PostgresStore"]
 
@@ -43,28 +45,35 @@ class PostgresStore:
     """Sessions in a PostgreSQL database, shared by every replica that opens it.
 
     Open it with `PostgresStore.open` and close it with `close` (or ``async with``).
+    It is an `EventWakeups`: an event log on any replica learns of every append.
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, notify_every: float = NOTIFY_EVERY) -> None:
         self._pool = pool
         self._ids = SessionIds()
         self._liveness = Liveness(lambda: pool.connect(autocommit=True))
+        self._notifier = Notifier(pool.connect_async, every=notify_every)
+        self._listener = Listener(pool.connect_async)
         self.where = pool.where
         """The database, as a URL without its password."""
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = POOL_SIZE) -> Self:
+    async def open(
+        cls, url: str, *, pool_size: int = POOL_SIZE, notify_every: float = NOTIFY_EVERY
+    ) -> Self:
         """Connect to the database at ``url`` (migrating it as needed).
 
         Args:
             url: A ``postgresql://`` (or ``postgres://``) URL, as libpq reads it.
             pool_size: How many connections, hence transactions at once.
+            notify_every: Seconds between two notices of log appends, at the least:
+                what is appended meanwhile is announced together.
 
         Raises:
             StoreError: The server cannot be reached, or its schema is newer than this code.
         """
         pool = await Pool.open(url, pool_size)
-        store = cls(pool)
+        store = cls(pool, notify_every=notify_every)
         try:
             await store._run(migrate)
         except BaseException:
@@ -75,11 +84,16 @@ class PostgresStore:
     async def close(self) -> None:
         """Finish the queued transactions, then close every connection.
 
-        The liveness connection closes last: until then this store's leases are
-        still its own.
+        The notices of the last appends go out before the notifier closes; the
+        liveness connection closes last: until then this store's leases are still
+        its own.
         """
-        await self._pool.close()
-        await asyncio.to_thread(self._liveness.close)
+        try:
+            await self._pool.close()
+            await self._notifier.close()
+        finally:
+            await self._listener.close()
+            await asyncio.to_thread(self._liveness.close)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -175,7 +189,19 @@ class PostgresStore:
         self, key: SessionKey, bodies: Sequence[JsonValue], *, at: float
     ) -> list[int]:
         texts = [dumps(body) for body in bodies]
-        return await self._run(_writes.append_events, self._ids, key, texts, at)
+        positions = await self._run(_writes.append_events, self._ids, key, texts, at)
+        if positions:
+            # committed by now: a NOTIFY inside the transaction would serialise every commit
+            self._notifier.note(key, positions[-1])
+        return positions
+
+    def subscribe_events(
+        self, grew: Callable[[SessionKey, int], None], *, missed: Callable[[], None]
+    ) -> None:
+        self._listener.subscribe(grew, missed)
+
+    def unsubscribe_events(self, grew: Callable[[SessionKey, int], None]) -> None:
+        self._listener.unsubscribe(grew)
 
     async def read_events(
         self, key: SessionKey, *, after: int, limit: int
