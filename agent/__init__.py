@@ -136,7 +136,7 @@ from agent.errors import (
 )
 from agent.models.anthropic.rules import EFFORTS, Effort
 from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
-from agent.ports import EventSink, Model, SessionStore, StoreHandle
+from agent.ports import EventSink, InboxWakeups, Model, SessionStore, StoreHandle
 from agent.stores import database_path, describe_database, open_store
 from agent.stores._memory import MemoryStore
 from agent.stores.sqlite import SQLiteStore
@@ -191,6 +191,7 @@ __all__ = [
     "Grant",
     "HeldTurn",
     "InboundEvent",
+    "InboxWakeups",
     "InputRequest",
     "InputRequested",
     "InputRequired",

@@ -41,6 +41,7 @@ __all__ = [
     "EventSink",
     "EventWakeups",
     "InboxStore",
+    "InboxWakeups",
     "LeaseStore",
     "Model",
     "PlacePolicyStore",
@@ -298,6 +299,27 @@ class EventWakeups(Protocol):
 
     def unsubscribe_events(self, grew: Callable[[SessionKey, int], None]) -> None:
         """Stop calling ``grew`` and its ``missed``; a callback never subscribed is ignored."""
+        ...
+
+
+@runtime_checkable
+class InboxWakeups(Protocol):
+    """A store that tells this process when any process handed work to a session.
+
+    Optional, as `EventWakeups` is: a runtime that hands work over subscribes, and
+    carries out a session's items as soon as it is told; its sweep finds them too,
+    later, when a notice is lost. The callbacks run on the event loop and must not
+    block.
+    """
+
+    def subscribe_inbox(
+        self, posted: Callable[[SessionKey], None], *, missed: Callable[[], None]
+    ) -> None:
+        """Call ``posted(key)`` whenever an item is posted for ``key``.
+
+        ``missed()`` is called when notices may have been lost (the store began
+        listening, or listened again after its connection dropped).
+        """
         ...
 
 

@@ -19,6 +19,7 @@ from agent import (
     AgentRuntime,
     ConfigError,
     EventLog,
+    InboxWakeups,
     Model,
     SessionKey,
     SessionStore,
@@ -101,7 +102,15 @@ async def open_engine(
             event_log = EventLog(store, retention=retention, only=log_only)
             stack.push_async_callback(event_log.close)
         # Closed before the log and the store: stopping its turns may still log events.
-        runtime = AgentRuntime(store, agent, lease_seconds=settings.lease_seconds)
+        runtime = AgentRuntime(
+            store,
+            agent,
+            lease_seconds=settings.lease_seconds,
+            # replicas on one server: work for a session another replica writes is handed
+            # to it, which runs and shows the turn; a second process on one SQLite file
+            # (a run-schedule beside the server) waits for the first instead
+            hand_over=isinstance(store, InboxWakeups),
+        )
         stack.push_async_callback(runtime.close)
         if event_log is not None:
             runtime.add_sink(event_log)

@@ -27,6 +27,9 @@ class SessionHost(Protocol):
     """The name this process writes under in every session lease it takes."""
     lease_seconds: float
     clock: Callable[[], float]
+    hands_over: bool
+    """Whether a start, cancel, answer or reset of a session another live process writes
+    is handed to that process (replicas), rather than waiting for it to let go."""
 
     @property
     def is_closed(self) -> bool:

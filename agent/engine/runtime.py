@@ -16,7 +16,7 @@ from agent.definition.agent import Agent
 from agent.engine.lease import LEASE_SECONDS, new_holder, retire
 from agent.engine.session import AgentSession
 from agent.errors import ConfigError, RuntimeClosedError
-from agent.ports import EventSink, SessionStore
+from agent.ports import EventSink, InboxWakeups, SessionStore
 
 __all__ = ["AgentRuntime"]
 
@@ -49,6 +49,7 @@ class AgentRuntime:
         clock: Callable[[], float] = time.time,
         lease_seconds: float = LEASE_SECONDS,
         sweep_seconds: float | None = SWEEP_SECONDS,
+        hand_over: bool = False,
     ) -> None:
         """Host ``agents`` on ``store``.
 
@@ -68,6 +69,12 @@ class AgentRuntime:
                 it neither runs nor queued (an operator's retry written by another
                 process, ``python -m bot turns --held --retry``; a turn whose process
                 died while this one ran) and runs them; None: only at start.
+            hand_over: Replicas: a start, cancel, answer or reset of a session another
+                live process writes is handed to it through the store's inbox (the one
+                that writes a session runs and shows its turns), instead of waiting for
+                it to let the session go; and this runtime carries out what others hand
+                to the sessions it writes. Off, the second process waits, which is right
+                for a server and its command line sharing one SQLite file.
         """
         self.store = store
         self._max_loaded = max_loaded_sessions
@@ -87,6 +94,8 @@ class AgentRuntime:
         self.lease_seconds = lease_seconds
         self._expiries: dict[tuple[SessionKey, str], asyncio.TimerHandle] = {}
         self._sweep_seconds = sweep_seconds
+        self.hands_over = hand_over
+        """Whether work for a session another process writes is handed over to it."""
 
     def agent(self, name: str) -> Agent:
         """The agent registered under ``name``.
@@ -162,7 +171,24 @@ class AgentRuntime:
                 self.schedule_expiry(key, suspended)
         if self._sweep_seconds is not None:
             _ = self.spawn(self._sweep_now_and_then(self._sweep_seconds), name="sweep")
+        if self.hands_over and isinstance(self.store, InboxWakeups):
+            self.store.subscribe_inbox(self._handed, missed=self._handed_maybe)
         return recovered
+
+    def _handed(self, key: SessionKey) -> None:
+        """Another process handed work to a session: carry it out if this one writes it."""
+        if key.agent in self._agents and not self._is_closed:
+            session = self.session(key.agent, key.session_id)
+            _ = self.spawn(_carry_out_quietly(session), name=f"inbox {key}")
+
+    def _handed_maybe(self) -> None:
+        """Notices may have been lost: look at every session with work handed to it."""
+        if not self._is_closed:
+            _ = self.spawn(self._inbox_now(), name="inbox")
+
+    async def _inbox_now(self) -> None:
+        for key in await self.store.inbox_sessions():
+            self._handed(key)
 
     async def sweep(self) -> int:
         """Queue the unfinished turns in the store that this runtime neither runs nor queued.
@@ -180,6 +206,12 @@ class AgentRuntime:
             if not session.knows(record.turn_id):
                 looked += 1
                 await session.pick_up(record.turn_id)
+        if self.hands_over:
+            for key in await self.store.inbox_sessions():
+                if key.agent in self._agents and not self._is_closed:
+                    # handed over by a replica: carried out here if this one writes the
+                    # session, or may (its owner died)
+                    looked += await self.session(key.agent, key.session_id).carry_out_inbox()
         return looked
 
     async def _sweep_now_and_then(self, seconds: float) -> None:
@@ -288,6 +320,16 @@ class AgentRuntime:
                 sink.emit(event)
             except Exception:
                 logger.exception("the event sink failed on %s", event.type)
+
+
+async def _carry_out_quietly(session: AgentSession) -> None:
+    try:
+        await session.carry_out_inbox()
+    except RuntimeClosedError:
+        pass
+    except Exception:
+        # the sweep looks again soon
+        logger.exception("could not carry out the work handed to %s", session.key)
 
 
 EXPIRY_RETRY_SECONDS = 5.0

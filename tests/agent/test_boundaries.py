@@ -58,7 +58,7 @@ def test_public_names_are_pinned():
             "Channel", "ChecksTargets", "Trigger", "receive",
             "SurfacePolicy", "TurnPolicy", "resolve_policy", "warn_unmounted_surfaces",
             "JsonValue", "StoredAnswer", "database_path", "is_terminal",
-            "PostgresStore", "describe_database",
+            "PostgresStore", "describe_database", "InboxWakeups",
         ]
     )  # fmt: skip
     for name in agent.__all__:

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from aiohttp import web
 
+from bot.texts import SUPERSEDED
 from tests.bot.test_slack_process import (
     WAIT,
     Running,
@@ -246,3 +247,42 @@ async def test_a_frozen_replica_loses_its_session_after_the_lease_and_writes_not
     assert rows(postgres_url, "SELECT status FROM turns") == [("completed",)]
     assert rows(postgres_url, "SELECT note FROM channel_notes") == [("the deploy is at noon",)]
     assert [m.text for m in bot_replies(slack, ts) if m.stream is not None] == [FINAL]
+
+
+async def test_a_follow_up_that_reaches_another_replica_supersedes_the_reply_once(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    async with FakeAnthropic() as api:
+        api.queue(Hang(Reply.text("A slow first answer."), 5), Reply.text("The second answer."))
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        running = await replicas(3, **claude)
+        async with Proxy([r.port for r in running]) as proxy:
+            ts, envelope = mention(slack, "what is the plan?")
+            session_id = f"slack:{slack.team_id}:{slack.channel_id}:{ts}"
+            assert await post_signed(proxy.port, envelope) == 200
+            await asyncio.wait_for(api.hung.wait(), WAIT)
+            first = await streaming(slack, ts)
+            owner = holder_pid(postgres_url, session_id)
+            owner_port = next(r.port for r in running if r.proc.pid == owner)
+
+            _, follow_up = mention(slack, "actually, just the first step", thread_ts=ts)
+            assert await post_signed(proxy.port, follow_up) == 200
+            took = proxy.sent_to[-1]
+            assert took != owner_port  # round robin: another replica got it
+            [receiver] = [r for r in running if r.port == took]
+            # it could not take the thread another replica writes: it handed the start over
+            await receiver.line_with("was handed over")
+            await until(
+                lambda: any(m.text == "The second answer." for m in bot_replies(slack, ts)),
+                lambda: f"the follow-up was never answered: {bot_replies(slack, ts)}",
+            )
+
+    streamed = [m for m in bot_replies(slack, ts) if m.stream is not None]
+    assert streamed[0].ts == first.ts
+    assert SUPERSEDED in streamed[0].text  # the stale reply says so, once
+    assert [m.text for m in streamed].count("The second answer.") == 1
+    assert rows(postgres_url, "SELECT status, cancel FROM turns ORDER BY seq") == [
+        ("cancelled", "replaced"),
+        ("completed", None),
+    ]
+    assert rows(postgres_url, "SELECT count(*) FROM inbox") == [(0,)]  # carried out, once

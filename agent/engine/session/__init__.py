@@ -14,6 +14,8 @@ parts listed below it:
   pending reset, and halts the session after a store failure;
 - ``_waiters``: `AgentSession.result`, `AgentSession.observe` and
   `AgentSession.stream`, and the one way an event reaches them;
+- ``_inbox``: work handed to the process that writes the session by one that
+  does not (replicas), and carrying it out there;
 - ``_state``: the state they share, and the invariants that span them.
 """
 
@@ -26,7 +28,7 @@ from agent._json import JsonValue
 from agent.core.events import TurnEvent
 from agent.core.hitl import Grant, InputRequest, StoredAnswer, answer_step
 from agent.core.messages import Message
-from agent.core.records import Archive, SessionKey, SessionStatus
+from agent.core.records import Archive, Commit, SessionKey, SessionStatus
 from agent.core.turns import (
     Cancelled,
     Completed,
@@ -42,6 +44,7 @@ from agent.engine.lease import drop_quietly
 from agent.engine.session._admission import Admission
 from agent.engine.session._answers import Answers
 from agent.engine.session._cancel import Cancels
+from agent.engine.session._inbox import Inbox
 from agent.engine.session._state import Observer, SessionState, suspend_is_ending, suspended_in
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
@@ -73,9 +76,14 @@ class AgentSession:
         self._waiters = Waiters(self._shared)
         self._worker = Worker(self._shared, self._waiters)
         self._writer = Writer(self._shared, self._worker)
-        self._cancels = Cancels(self._shared, self._writer, self._worker, self._waiters)
-        self._answers = Answers(self._shared, self._writer, self._worker)
-        self._admission = Admission(self._shared, self._writer, self._worker, self._cancels)
+        self._inbox = Inbox(self._shared)
+        self._cancels = Cancels(
+            self._shared, self._writer, self._worker, self._waiters, self._inbox
+        )
+        self._answers = Answers(self._shared, self._writer, self._worker, self._inbox)
+        self._admission = Admission(
+            self._shared, self._writer, self._worker, self._cancels, self._inbox
+        )
 
     # -- the session and what it holds -----------------------------------------
 
@@ -335,6 +343,30 @@ class AgentSession:
     async def pick_up(self, turn_id: str) -> None:
         """Queue an unfinished turn another process wrote meanwhile (the runtime's sweep)."""
         await self._admission.pick_up(turn_id)
+
+    def was_handed_over(self, turn_id: str) -> bool:
+        """Whether this process handed the turn's start or answer to another process.
+
+        That process writes the session: it runs the turn, and shows it (see
+        ``AgentRuntime(hand_over=)``).
+        """
+        return turn_id in self._shared.handed_over and not self.knows(turn_id)
+
+    async def carry_out_inbox(self) -> int:
+        """Carry out what other processes handed to this session, if this process writes it.
+
+        Returns:
+            How many items were carried out (0 when another live process writes it).
+        """
+        async with self._writer.locked_and_leased(wait=False) as held:
+            if not held:
+                return 0  # the process that writes it carries them out
+        return await self._inbox.carry_out(self)
+
+    async def settle_inbox_item(self, item: int) -> None:
+        """Delete an inbox item that was carried out with nothing else to write."""
+        async with self._writer.locked_and_leased():
+            await self._writer.commit_shielded(Commit(inbox_done=(item,)))
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""

@@ -21,6 +21,7 @@ from agent.core.records import Commit
 from agent.core.turns import TurnInput, TurnRecord
 from agent.engine.holds import is_undecided_hold, retry_commit
 from agent.engine.session._cancel import CancelPlan, Cancels
+from agent.engine.session._inbox import Inbox
 from agent.engine.session._state import SessionState, is_held_by_suspend, unfinished_turns
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
@@ -34,19 +35,29 @@ class Admission:
     """Admits turns to one session: new ones, redelivered ones, and those found at start-up."""
 
     def __init__(
-        self, shared: SessionState, writer: Writer, worker: Worker, cancels: Cancels
+        self,
+        shared: SessionState,
+        writer: Writer,
+        worker: Worker,
+        cancels: Cancels,
+        inbox: Inbox,
     ) -> None:
         self._shared = shared
         self._writer = writer
         self._worker = worker
         self._cancels = cancels
+        self._inbox = inbox
 
     async def start(self, given: TurnInput, turn_id: str | None, *, replace: bool) -> str:
         """Admit a turn durably and return its id; see `AgentSession.start`."""
         self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
+        turn_id = turn_id or uuid.uuid4().hex
+        may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
+        async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
+            if not held:
+                await self._hand_over(given, turn_id, replace=replace)
+                return turn_id
             state = await self._shared.loaded()
-            turn_id = turn_id or uuid.uuid4().hex
             known = state.turns.get(turn_id)
             if known is None or known.is_unfinished:
                 self._shared.refuse_if_halted()
@@ -95,6 +106,20 @@ class Admission:
                 # is admitted and runs anyway; only the caller's cancellation goes on.
                 raise asyncio.CancelledError
         return turn_id
+
+    async def _hand_over(self, given: TurnInput, turn_id: str, *, replace: bool) -> None:
+        """Hand the start to the process that writes the session, checked as far as it can be.
+
+        Raises:
+            SessionSuspendedError: The session waits for a person's answer, as read now.
+        """
+        state = await self._shared.reread_unless_busy()
+        if turn_id in state.turns or turn_id in state.retired:
+            return  # a redelivery: the owner has it already
+        if is_held_by_suspend(state):
+            raise self._shared.suspended_error(state)
+        body = self._inbox.start_body(given, replace)
+        await self._inbox.hand_over("start", turn_id, body, turn_id=turn_id)
 
     async def retry(self, turn_id: str) -> str:
         """Admit an interrupted turn's input again as a new turn; see `AgentSession.retry`."""

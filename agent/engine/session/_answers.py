@@ -24,6 +24,7 @@ from agent.core.hitl import (
 )
 from agent.core.records import Commit, StoredSession, StoredStep, apply_commit
 from agent.core.turns import Suspended, is_suspend_ending, moved
+from agent.engine.session._inbox import Inbox
 from agent.engine.session._state import SessionState, suspend_is_ending, suspended_in
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
@@ -35,10 +36,11 @@ __all__ = ["Answers"]
 class Answers:
     """Applies answers, and expiries, to the requests of one session's suspended turns."""
 
-    def __init__(self, shared: SessionState, writer: Writer, worker: Worker) -> None:
+    def __init__(self, shared: SessionState, writer: Writer, worker: Worker, inbox: Inbox) -> None:
         self._shared = shared
         self._writer = writer
         self._worker = worker
+        self._inbox = inbox
 
     async def resume(
         self,
@@ -51,8 +53,9 @@ class Answers:
     ) -> None:
         """Answer the request a suspended turn waits on; see `AgentSession.resume`."""
         self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
-            state = await self._shared.loaded()
+        may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
+        async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
+            state = await (self._shared.loaded() if held else self._shared.reread_unless_busy())
             if state.reset_through is not None:
                 raise ResumeConflictError(
                     f"{self._shared.key} is being reset; its requests are withdrawn and archived"
@@ -65,6 +68,12 @@ class Answers:
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
+            if not held:
+                # checked as the owner will check it: the owner stores it, and runs the turn
+                body = self._inbox.answer_body(turn_id, input_id, value, by, granted)
+                ref = f"{turn_id}/{input_id}"
+                await self._inbox.hand_over("answer", ref, body, turn_id=turn_id, answers=input_id)
+                return
             expires_at = request.expires_at
             if expires_at is not None and expires_at <= self._shared.host.clock():
                 await self._store_answer(state, turn_id, request, {"expired": True})

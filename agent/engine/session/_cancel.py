@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import uuid
 from typing import Final
 
 from agent.core.events import TurnCancelled
@@ -24,6 +25,7 @@ from agent.core.records import (
     apply_commit,
 )
 from agent.core.turns import Cancelled, SessionReset, TurnPhase, TurnRecord, phase_of
+from agent.engine.session._inbox import ELSEWHERE_POLL_SECONDS, Inbox
 from agent.engine.session._state import SessionState, suspended_in, unfinished_turns
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
@@ -41,17 +43,21 @@ class Cancels:
     """Cancels the turns of one session, and asks for its reset."""
 
     def __init__(
-        self, shared: SessionState, writer: Writer, worker: Worker, waiters: Waiters
+        self, shared: SessionState, writer: Writer, worker: Worker, waiters: Waiters, inbox: Inbox
     ) -> None:
         self._shared = shared
         self._writer = writer
         self._worker = worker
         self._waiters = waiters
+        self._inbox = inbox
 
     async def cancel(self, turn_id: str, reason: str) -> bool:
         """Cancel one turn; see `AgentSession.cancel`."""
         self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
+        may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
+        async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
+            if not held:
+                return await self._hand_over_cancel(turn_id, reason)
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
@@ -66,24 +72,56 @@ class Cancels:
             await self._apply(state, plan, Commit())
             return True
 
+    async def _hand_over_cancel(self, turn_id: str, reason: str) -> bool:
+        state = await self._shared.reread_unless_busy()
+        record = state.turns.get(turn_id)
+        if record is None:
+            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+        if record.is_ended:
+            return False
+        await self._inbox.hand_over("cancel", turn_id, {"reason": reason})
+        return True
+
+    async def _reset_elsewhere(self) -> SessionReset:
+        """Hand the reset to the process that writes the session, and wait until it is done."""
+        before = (await self._shared.reread_unless_busy()).generation
+        await self._inbox.hand_over("reset", uuid.uuid4().hex, None)
+        while True:
+            await asyncio.sleep(ELSEWHERE_POLL_SECONDS)
+            self._shared.host.check_open()
+            state = await self._shared.reread_unless_busy()
+            if state.generation > before:
+                return SessionReset(
+                    previous_session=f"{self._shared.key.session_id}#g{state.generation - 1}",
+                    generation=state.generation,
+                )
+
     async def reset(self) -> SessionReset:
         """Cancel the unfinished turns and ask for a reset; see `AgentSession.reset`."""
         self._shared.host.check_open()
-        async with self._writer.locked_and_leased():
-            state = await self._shared.reread_unless_busy()
-            self._shared.refuse_if_halted()
-            # A reset asked for while another is pending extends that one over the turns
-            # admitted since.
-            through = max((t.seq for t in state.turns.values()), default=0)
-            plan = self.plan(state, unfinished_turns(state, suspended_too=True), "reset")
-            commit = plan.commit(Commit(reset_through=through))
-            caller_left = await self.commit_plan(state, plan, commit)
-            done = self._shared.reset_future()
-            # The worker carries the reset out even if the caller has left: it is stored.
-            self._worker.start()
-            if caller_left:
-                raise asyncio.CancelledError
+        may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
+        async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
+            done = await self._ask_reset() if held else None
+        if done is None:
+            return await self._reset_elsewhere()
         return await asyncio.shield(done)
+
+    async def _ask_reset(self) -> asyncio.Future[SessionReset]:
+        """Store the reset and have the worker carry it out; under the lock and lease."""
+        state = await self._shared.reread_unless_busy()
+        self._shared.refuse_if_halted()
+        # A reset asked for while another is pending extends that one over the turns
+        # admitted since.
+        through = max((t.seq for t in state.turns.values()), default=0)
+        plan = self.plan(state, unfinished_turns(state, suspended_too=True), "reset")
+        commit = plan.commit(Commit(reset_through=through))
+        caller_left = await self.commit_plan(state, plan, commit)
+        done = self._shared.reset_future()
+        # The worker carries the reset out even if the caller has left: it is stored.
+        self._worker.start()
+        if caller_left:
+            raise asyncio.CancelledError
+        return done
 
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""

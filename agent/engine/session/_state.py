@@ -78,6 +78,10 @@ class SessionState:
         """Whether the unfinished turns of the loaded copy were queued (once per load)."""
         self.reset_done: asyncio.Future[SessionReset] | None = None
         """Resolved when the pending reset asked for here is carried out."""
+        self.handed_over: dict[str, str | None] = {}
+        """Turns whose start or answer this process handed to the one that writes the
+        session (that process runs them, and shows them), each with the request whose
+        answer was handed over (None for a start)."""
         self.lease = SessionLease(
             host.store,
             key,

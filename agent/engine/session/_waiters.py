@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Callable
 
 from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent, TurnFailed
 from agent.core.records import StoredSession
-from agent.core.turns import TurnResult, outcome_of
+from agent.core.turns import Suspended, TurnResult, outcome_of
 from agent.engine.replay import fold_turn
+from agent.engine.session._inbox import ELSEWHERE_POLL_SECONDS
 from agent.engine.session._state import Observer, SessionState
 from agent.errors import RuntimeClosedError, UnknownTurnError
 
@@ -26,6 +27,8 @@ class Waiters:
 
     async def result(self, turn_id: str) -> TurnResult:
         """Wait for the turn to end (or be suspended); see `AgentSession.result`."""
+        if self._elsewhere(turn_id):
+            return await self._ended_elsewhere(turn_id)
         state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:
@@ -52,8 +55,43 @@ class Waiters:
         observers.append(entry)
         return lambda: observers.remove(entry) if entry in observers else None
 
+    def _elsewhere(self, turn_id: str) -> bool:
+        """Whether another process runs ``turn_id``: this one handed it over."""
+        shared = self._shared
+        return (
+            turn_id in shared.handed_over
+            and turn_id != shared.active
+            and turn_id not in shared.queue
+        )
+
+    async def _ended_elsewhere(self, turn_id: str) -> TurnResult:
+        """Wait, reading the store now and then, for a turn another process runs to end."""
+        while True:
+            state = await self._shared.reread_unless_busy()
+            if turn_id in state.retired:
+                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            record = state.turns.get(turn_id)
+            outcome = outcome_of(record, state.cancels) if record is not None else None
+            answered = self._shared.handed_over.get(turn_id)
+            if isinstance(outcome, Suspended) and outcome.request.id == answered:
+                outcome = None  # the answer handed over is not carried out yet
+            if outcome is not None:
+                return outcome
+            if not self._elsewhere(turn_id):
+                return await self.result(turn_id)  # this process took it over meanwhile
+            self._shared.host.check_open()
+            await asyncio.sleep(ELSEWHERE_POLL_SECONDS)
+
     async def stream(self, turn_id: str, *, replay: bool) -> AsyncIterator[TurnEvent]:
         """The events of one turn until its terminal event; see `AgentSession.stream`."""
+        if self._elsewhere(turn_id):
+            # run by the process it was handed to: what it committed, once it ends
+            await self._ended_elsewhere(turn_id)
+            state = await self._shared.loaded()
+            for event in fold_turn(self._shared.key, state, state.turns[turn_id]):
+                if replay or event.type in TERMINAL_EVENT_TYPES:
+                    yield event
+            return
         state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 from agent.core.records import Commit
 from agent.engine.lease import drop_quietly
+from agent.engine.session._inbox import TAKING
 from agent.engine.session._state import SessionState
 from agent.engine.session._worker import Worker
 from agent.errors import LeaseLostError
@@ -97,6 +98,10 @@ class Writer:
         commit = dataclasses.replace(
             commit, holder=self._shared.write_token or self._shared.lease.token
         )
+        taking = TAKING.get()
+        if taking is not None and not taking.done:
+            # the owner carrying out an inbox item: the item goes in this commit, once
+            commit = dataclasses.replace(commit, inbox_done=(*commit.inbox_done, taking.id))
         writing = asyncio.ensure_future(self._shared.host.store.commit(self._shared.key, commit))
         caller_left = False
         while not writing.done():
@@ -107,4 +112,6 @@ class Writer:
             except Exception:
                 break
         writing.result()  # a write that failed raises its error here
+        if taking is not None and taking.id in commit.inbox_done:
+            taking.done = True
         return caller_left

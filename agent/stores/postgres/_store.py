@@ -31,7 +31,13 @@ from agent.stores.postgres._commits import work_and_write, write
 from agent.stores.postgres._connection import Pool
 from agent.stores.postgres._liveness import Liveness
 from agent.stores.postgres._schema import TABLES, Conn, SessionIds, migrate
-from agent.stores.postgres._wakeups import NOTIFY_EVERY, Listener, Notifier
+from agent.stores.postgres._wakeups import (
+    INBOX_CHANNEL,
+    INBOX_LISTENER_NAME,
+    NOTIFY_EVERY,
+    Listener,
+    Notifier,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -54,6 +60,9 @@ class PostgresStore:
         self._liveness = Liveness(lambda: pool.connect(autocommit=True))
         self._notifier = Notifier(pool.connect_async, every=notify_every)
         self._listener = Listener(pool.connect_async)
+        self._inbox_listener = Listener(
+            pool.connect_async, channel=INBOX_CHANNEL, name=INBOX_LISTENER_NAME
+        )
         self.where = pool.where
         """The database, as a URL without its password."""
 
@@ -93,6 +102,7 @@ class PostgresStore:
             await self._notifier.close()
         finally:
             await self._listener.close()
+            await self._inbox_listener.close()
             await asyncio.to_thread(self._liveness.close)
 
     async def __aenter__(self) -> PostgresStore:
@@ -202,6 +212,11 @@ class PostgresStore:
 
     def unsubscribe_events(self, grew: Callable[[SessionKey, int], None]) -> None:
         self._listener.unsubscribe(grew)
+
+    def subscribe_inbox(
+        self, posted: Callable[[SessionKey], None], *, missed: Callable[[], None]
+    ) -> None:
+        self._inbox_listener.subscribe(lambda key, _: posted(key), missed)
 
     async def read_events(
         self, key: SessionKey, *, after: int, limit: int

@@ -30,6 +30,8 @@ from agent.core.records import SessionKey
 
 __all__ = [
     "CHANNEL",
+    "INBOX_CHANNEL",
+    "INBOX_LISTENER_NAME",
     "NOTIFY_EVERY",
     "Listener",
     "Notifier",
@@ -54,6 +56,10 @@ MAX_PAYLOAD = 7900
 SEND_SECONDS = 5.0
 LISTENER_NAME = "agent-events-listener"
 """The listening connection's ``application_name``, as ``pg_stat_activity`` shows it."""
+INBOX_CHANNEL = "agent_inbox"
+"""Where a replica that handed work to a session's owner wakes the other replicas; the
+payload is `encode`'s, with position 0."""
+INBOX_LISTENER_NAME = "agent-inbox-listener"
 CHECK_EVERY = 30.0
 """Seconds of quiet after which the listener asks its connection whether it still works."""
 CHECK_SECONDS = 10.0
@@ -159,8 +165,12 @@ class Notifier:
 class Listener:
     """The store's one listening connection, and whom it wakes."""
 
-    def __init__(self, connect: Connect) -> None:
+    def __init__(
+        self, connect: Connect, *, channel: str = CHANNEL, name: str = LISTENER_NAME
+    ) -> None:
         self._connect = connect
+        self._channel = channel
+        self._name = name
         self._subscribers: dict[Grew, Missed] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -188,9 +198,9 @@ class Listener:
         while True:
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    conn = await self._connect(application_name=LISTENER_NAME)
+                    conn = await self._connect(application_name=self._name)
                     stack.push_async_callback(conn.close)
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {self._channel}")
                     if failures:
                         logger.info("the event log's listener listens again")
                     failures = 0

@@ -14,9 +14,9 @@ from agent.core.records import LeaseTaken, SessionKey
 from agent.stores import _rules
 from agent.stores.postgres._commits import lock_lease
 from agent.stores.postgres._schema import Conn, SessionIds
+from agent.stores.postgres._wakeups import INBOX_CHANNEL, encode
 
 __all__ = [
-    "INBOX_CHANNEL",
     "PRUNE_BATCH",
     "append_events",
     "claim_delivery",
@@ -155,10 +155,6 @@ def prune_events(conn: Conn, before: float) -> int:
         return cursor.rowcount
 
 
-INBOX_CHANNEL = "agent_inbox"
-"""Where a replica that posted to a session's inbox wakes the other replicas."""
-
-
 def post_inbox(conn: Conn, key: SessionKey, kind: str, ref: str, body: str, at: float) -> bool:
     with conn.transaction():
         posted = conn.execute(
@@ -169,7 +165,5 @@ def post_inbox(conn: Conn, key: SessionKey, kind: str, ref: str, body: str, at: 
         ).fetchone()
         if posted is not None:
             # delivered at commit; a small transaction of its own, never a checkpoint's
-            conn.execute(
-                "SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, f"{key.agent}/{key.session_id}")
-            )
+            conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, encode(key, 0)))
     return posted is not None

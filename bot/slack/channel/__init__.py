@@ -175,6 +175,8 @@ class SlackChannel:
             speaker = inbound.input.user or ""
             await self._renderer.tell(speaker, thread, await _waiting_for(session))
             return False
+        if session.was_handed_over(inbound.turn_id):
+            return False  # another replica writes the thread: it runs the turn, and shows it
         # Claimed before the engine can emit the turn's first event, so that the reply
         # this admission shows is the only one.
         self._watching.claim(inbound.turn_id)

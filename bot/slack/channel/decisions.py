@@ -188,7 +188,9 @@ class Decisions:
             logger.exception("turn %s: a click could not be applied", turn_id)
             await self._renderer.tell(clicker, thread, CLICK_FAILED)
             resumed = None
-        if resumed is None or isinstance(resumed, str):
+        handed = self._runtime.session(self._agent, decision.session_id).was_handed_over(turn_id)
+        if resumed is None or isinstance(resumed, str) or handed:
+            # handed over: the replica that writes the thread shows the answer and goes on
             self._watching.release(turn_id)
             return
         await self._go_on(thread, decision, resumed, clicker, shown)
