@@ -81,7 +81,9 @@ async def serve_slack(settings: Settings) -> None:
         stack.callback(schedules.stop)
         # Before the runtime starts: a resumed turn may end at once, and its reply must
         # still reach its thread.
-        await channel.resume_replies()
+        taken_up = await channel.resume_replies()
+        if taken_up:
+            print(f"Taking up {taken_up} reply(ies) a stopped process left unfinished.", flush=True)
         _say_resumed(await engine.runtime.start())
         await _take_slack_events(stack, settings, channel, slack, api, engine.store)
         await stack.enter_async_context(pruning(engine.log))

@@ -22,8 +22,9 @@ __all__ = ["AgentRuntime"]
 
 logger = logging.getLogger("agent")
 
-SWEEP_SECONDS = 2.0
-"""How often a runtime looks for unfinished turns another process wrote, by default."""
+SWEEP_SECONDS = 1.0
+"""How often a runtime looks for unfinished turns another process wrote, by default: a
+replica that died is taken over within about this long (its liveness shows at once)."""
 
 
 class AgentRuntime:
@@ -142,7 +143,13 @@ class AgentRuntime:
                     key.agent,
                 )
                 continue
-            await self.session(key.agent, key.session_id).recover(record.turn_id)
+            session = self.session(key.agent, key.session_id)
+            if self.hands_over:
+                # replicas: a session another live replica writes is its to run, not one to
+                # queue here and wait on; a dead one's is taken over now (or by the sweep)
+                await session.pick_up(record.turn_id)
+            else:
+                await session.recover(record.turn_id)
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)

@@ -39,7 +39,7 @@ from tests.fakes.slack_api import FakeSlack, Message
 FINAL = "Noted: the deploy is at noon, and I will remember it."
 LEASE_SECONDS = 10.0
 """Long beside the sweep: a dead replica is seen by its lock, not by its lease running out."""
-SWEEP_SECONDS = 2.0
+SWEEP_SECONDS = 1.0
 """How often each replica's runtime looks for turns nobody runs (AgentRuntime's default)."""
 
 
@@ -96,8 +96,10 @@ async def replicas(
     started: list[Running] = []
 
     async def start(count: int, **extra: str) -> list[Running]:
-        for n in range(count):
-            folder = tmp_path / f"replica{n}"
+        """Start ``count`` more replicas; return them once each serves."""
+        new: list[Running] = []
+        for _ in range(count):
+            folder = tmp_path / f"replica{len(started)}"
             folder.mkdir()
             port = free_port()
             proc = await bot_process(
@@ -108,9 +110,10 @@ async def replicas(
                 **({"DATABASE_URL": postgres_url, "LEASE_SECONDS": str(LEASE_SECONDS)} | extra),
             )
             started.append(Running(proc, port))
-        for running in started:
+            new.append(started[-1])
+        for running in new:
             await running.line_starting("Serving Slack events on")
-        return started
+        return new
 
     try:
         yield start
@@ -193,7 +196,7 @@ async def test_a_replica_killed_mid_turn_is_taken_over_at_once_and_its_reply_pos
                 lambda: f"the reply never finished: {bot_replies(slack, ts)}",
             )
 
-    # taken over as soon as a sweep looked (every 2 s): the dead one's lock was gone, where
+    # taken over as soon as a sweep looked (every second): the dead one's lock was gone, where
     # its lease had another ten seconds to run
     assert taken_over_in < SWEEP_SECONDS + 1.0, taken_over_in
     # the same message, finished by the replica that took over
@@ -286,3 +289,32 @@ async def test_a_follow_up_that_reaches_another_replica_supersedes_the_reply_onc
         ("completed", None),
     ]
     assert rows(postgres_url, "SELECT count(*) FROM inbox") == [(0,)]  # carried out, once
+
+
+async def test_a_replica_starting_beside_a_live_one_leaves_its_replies_to_it(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    go_on = asyncio.Event()
+    async with FakeAnthropic() as api:
+        api.queue(Hang(Reply.text(FINAL), 5, release=go_on))
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        [first] = await replicas(1, **claude)
+        ts, envelope = mention(slack, "remember that the deploy is at noon")
+        assert await post_signed(first.port, envelope) == 200
+        await asyncio.wait_for(api.hung.wait(), WAIT)
+        stale = await streaming(slack, ts)
+
+        # a deploy adds a replica while the first is in the middle of the reply
+        [second] = await replicas(1, **claude)
+        go_on.set()
+        await until(
+            lambda: any(m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)),
+            lambda: f"the reply never finished: {bot_replies(slack, ts)}",
+        )
+
+    assert [(m.ts, m.text) for m in bot_replies(slack, ts) if m.stream is not None] == [
+        (stale.ts, FINAL)
+    ]
+    # it took up nothing at its start: the reply was the live replica's to finish
+    assert not any("Taking up" in line or "taken over" in line for line in second.out)
+    assert len(api.requests) == 1  # nobody ran the turn a second time

@@ -163,10 +163,8 @@ class AgentSession:
         behind the session's unfinished turns and runs at once when none is ahead; its
         record's ``retry_of`` names ``turn_id``. Retrying a held turn decides its hold
         (`held_turns` stops listing it); retrying twice makes two linked retries. Mind
-        that the interrupted turn may have done any part of its work.
-
-        For now only an interrupted turn (one the poison-turn hold stopped) can be
-        retried; failed and cancelled turns are to follow.
+        that the interrupted turn may have done any part of its work. For now only an
+        interrupted turn (one the poison-turn hold stopped) can be retried.
 
         Raises:
             UnknownTurnError: The session has no such turn.
@@ -345,19 +343,29 @@ class AgentSession:
         await self._admission.pick_up(turn_id)
 
     def was_handed_over(self, turn_id: str) -> bool:
-        """Whether this process handed the turn's start or answer to another process.
+        """Whether the turn's start or answer went to the process writing the session.
 
-        That process writes the session: it runs the turn, and shows it (see
-        ``AgentRuntime(hand_over=)``).
+        That one runs the turn, and shows it (see ``AgentRuntime(hand_over=)``).
         """
         return turn_id in self._shared.handed_over and not self.knows(turn_id)
 
-    async def carry_out_inbox(self) -> int:
-        """Carry out what other processes handed to this session, if this process writes it.
+    async def is_written_elsewhere(self) -> bool:
+        """Whether another live process writes the session now (it runs and shows its turns).
 
-        Returns:
-            How many items were carried out (0 when another live process writes it).
+        The lease is taken if it is free and let go again; nothing is read or queued.
         """
+        async with self._shared.admit_lock:
+            lease = self._shared.lease
+            if lease.is_held:
+                return False
+            if not await lease.take(wait=False):
+                return True
+            if self._shared.worker_task is None:
+                await lease.drop()
+            return False
+
+    async def carry_out_inbox(self) -> int:
+        """Carry out what others handed to this session, if this process writes it; how many."""
         async with self._writer.locked_and_leased(wait=False) as held:
             if not held:
                 return 0  # the process that writes it carries them out

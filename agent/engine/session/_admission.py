@@ -114,8 +114,12 @@ class Admission:
             SessionSuspendedError: The session waits for a person's answer, as read now.
         """
         state = await self._shared.reread_unless_busy()
-        if turn_id in state.turns or turn_id in state.retired:
-            return  # a redelivery: the owner has it already
+        if turn_id in state.turns:
+            # a redelivery, admitted already: the process that writes the session has it
+            self._shared.handed_over.setdefault(turn_id, None)
+            return
+        if turn_id in state.retired:
+            return
         if is_held_by_suspend(state):
             raise self._shared.suspended_error(state)
         body = self._inbox.start_body(given, replace)

@@ -21,19 +21,42 @@ import contextlib
 import contextvars
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import TypeAdapter
 
 from agent._json import JsonValue
 from agent.core.hitl import Grant
-from agent.core.records import InboxItem
+from agent.core.records import InboxItem, SessionKey
 from agent.core.turns import TurnInput
 from agent.engine.session._state import SessionState
 from agent.errors import AgentError, StoreConflictError
 
-if TYPE_CHECKING:
-    from agent.engine.session import AgentSession
+
+class _Session(Protocol):
+    """The calls of `AgentSession` an item is carried out with."""
+
+    @property
+    def key(self) -> SessionKey: ...
+
+    async def start(self, input: TurnInput, *, turn_id: str, replace: bool) -> str: ...
+
+    async def cancel(self, turn_id: str, reason: str) -> bool: ...
+
+    async def resume(
+        self,
+        turn_id: str,
+        input_id: str,
+        value: JsonValue,
+        *,
+        by: str | None,
+        granted: Grant | None,
+    ) -> None: ...
+
+    async def reset(self) -> object: ...
+
+    async def settle_inbox_item(self, item: int) -> None: ...
+
 
 __all__ = ["ELSEWHERE_POLL_SECONDS", "TAKING", "Inbox", "Taking"]
 
@@ -112,7 +135,7 @@ class Inbox:
             "granted": grant,
         }
 
-    async def carry_out(self, session: AgentSession) -> int:
+    async def carry_out(self, session: _Session) -> int:
         """Carry out the items handed to this session, oldest first; how many were.
 
         The caller has just found this process holding the session's lease, or
@@ -126,7 +149,7 @@ class Inbox:
             done += 1
         return done
 
-    async def _carry_out_one(self, session: AgentSession, item: InboxItem) -> None:
+    async def _carry_out_one(self, session: _Session, item: InboxItem) -> None:
         taking = Taking(item.id)
         token = TAKING.set(taking)
         try:
@@ -148,7 +171,7 @@ class Inbox:
                 await session.settle_inbox_item(item.id)
 
 
-async def _act(session: AgentSession, item: InboxItem) -> None:
+async def _act(session: _Session, item: InboxItem) -> None:
     body = item.body if isinstance(item.body, dict) else {}
     if item.kind == "start":
         given = _INPUT.validate_python(body.get("input"))

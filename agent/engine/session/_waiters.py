@@ -56,13 +56,13 @@ class Waiters:
         return lambda: observers.remove(entry) if entry in observers else None
 
     def _elsewhere(self, turn_id: str) -> bool:
-        """Whether another process runs ``turn_id``: this one handed it over."""
+        """Whether another process may run ``turn_id``: replicas hand turns to the writer.
+
+        A turn this process neither runs nor queued is followed in the store, whoever
+        was given it: this process handed it over, or another one did.
+        """
         shared = self._shared
-        return (
-            turn_id in shared.handed_over
-            and turn_id != shared.active
-            and turn_id not in shared.queue
-        )
+        return shared.host.hands_over and turn_id != shared.active and turn_id not in shared.queue
 
     async def _ended_elsewhere(self, turn_id: str) -> TurnResult:
         """Wait, reading the store now and then, for a turn another process runs to end."""

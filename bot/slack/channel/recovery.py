@@ -65,15 +65,23 @@ class Recovery:
             How many replies it took up.
         """
         kept = await self._deliveries.every_kept()
+        owed, proactive = await self._owed(kept)
+        # a session a live replica writes is its to show, half-opened streams and all
+        elsewhere = {
+            session_id
+            for session_id in {s for s, _ in owed}
+            if await self._runtime.session(self._agent, session_id).is_written_elsewhere()
+        }
         for (session_id, turn_id), state in sorted(kept.items()):
-            if state.opening:
+            if state.opening and session_id not in elsewhere:
                 settled = await self._settle_opening(session_id, turn_id, state, kept)
                 kept[session_id, turn_id] = settled
-        owed, proactive = await self._owed(kept)
         count = 0
         for session_id, turn_id in sorted(owed):
             if kept.get((session_id, turn_id), DeliveryState()).done:
                 continue  # a turn nobody typed, shown to its end
+            if session_id in elsewhere:
+                continue
             thread = await self._deliveries.thread_for(session_id, turn_id)
             if thread is None:
                 continue
