@@ -71,8 +71,9 @@ async def fire_by_hand(
         error = exc.response.get("error")
         raise ScheduleFailed(f"Slack refused the reply: {error}") from None
     session = runtime.session(channel.agent, firing.session(team))
-    [record] = [t for t in await session.turns() if t.turn_id == turn_id]
-    result, where = record.result, schedule.channel
+    # run and shown here, the turn has ended; run by a replica that fired the same
+    # minute first, it is waited for there
+    result, where = await session.result(turn_id), schedule.channel
     if isinstance(result, Completed):
         return f"Schedule {schedule.name}: its reply is in {where} (turn {turn_id})."
     if isinstance(result, Suspended):
@@ -85,4 +86,4 @@ async def fire_by_hand(
         # A firing's turn id is fixed: firing it again replays the same held turn, which
         # stays held. Say so and what to do, rather than leave a retry that never ends.
         raise ScheduleFailed(held_firing(turn_id, result.reason, result.detail))
-    raise ScheduleFailed(f"the turn is still {record.status}")
+    raise ScheduleFailed(f"the turn ended as {result.status}")

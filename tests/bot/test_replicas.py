@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 
 from bot.texts import SUPERSEDED
+from tests.bot.test_schedules import DAILY
 from tests.bot.test_slack_process import (
     WAIT,
     Running,
@@ -33,6 +34,7 @@ from tests.bot.test_slack_process import (
     post_signed,
     until,
 )
+from tests.bot.test_slack_schedules import clear_of_a_minute_boundary
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
@@ -141,6 +143,17 @@ def holder_pid(postgres_url: str, session_id: str) -> int | None:
     if row is None or row[1] < time.time():
         return None
     return int(row[0].split(":")[-2])
+
+
+async def said_until(proc: asyncio.subprocess.Process, text: bytes) -> bytes:
+    """What a process printed up to and with the first line holding ``text``."""
+    assert proc.stdout is not None
+    said = b""
+    while text not in said:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT)
+        assert line, said
+        said += line
+    return said
 
 
 def rows(postgres_url: str, sql: str) -> list[tuple[object, ...]]:
@@ -318,3 +331,46 @@ async def test_a_replica_starting_beside_a_live_one_leaves_its_replies_to_it(
     # it took up nothing at its start: the reply was the live replica's to finish
     assert not any("Taking up" in line or "taken over" in line for line in second.out)
     assert len(api.requests) == 1  # nobody ran the turn a second time
+
+
+async def test_a_schedule_fired_by_three_replicas_in_one_minute_runs_and_posts_once(
+    slack: FakeSlack, tmp_path: Path, postgres_url: str
+):
+    (tmp_path / "bot.toml").write_text(DAILY)
+    release = asyncio.Event()
+    async with FakeAnthropic() as api:
+        api.queue(Hang(Reply.text("Today: the deploy moved to Friday."), 3, release=release))
+        env = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "BOT_CONFIG": str(tmp_path / "bot.toml"),
+            "DATABASE_URL": postgres_url,
+        }
+        await clear_of_a_minute_boundary()  # the same minute's firing, in every replica
+        firing = ("run-schedule", "daily")
+        first = await bot_process(
+            slack, tmp_path, free_port(), *firing, stderr=asyncio.subprocess.STDOUT, **env
+        )
+        await asyncio.wait_for(api.hung.wait(), WAIT)  # the first is answering
+        others = [
+            await bot_process(
+                slack, tmp_path, free_port(), *firing, stderr=asyncio.subprocess.STDOUT, **env
+            )
+            for _ in range(2)
+        ]
+        early = [await said_until(p, b"is run by another process") for p in others]
+        release.set()
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate() for p in (first, *others))), WAIT * 3
+        )
+
+    said = [out.decode() for out, _ in outputs]
+    said[1:] = [before.decode() + rest for before, rest in zip(early, said[1:], strict=True)]
+    assert [p.returncode for p in (first, *others)] == [0, 0, 0], said
+    for text in said:
+        assert "Schedule daily: its reply is in C0GENERAL" in text
+        assert "Traceback" not in text
+    top = [m.text for m in slack.messages(slack.channel_id) if m.thread_ts is None]
+    assert top == ["Today: the deploy moved to Friday."]
+    assert len(api.requests) == 1
+    assert rows(postgres_url, "SELECT count(*), min(status) FROM turns") == [(1, "completed")]

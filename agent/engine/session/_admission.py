@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 
 from agent.core.records import Commit
@@ -29,6 +30,8 @@ from agent.engine.turn.commits import opening_commit
 from agent.errors import ConflictError, RuntimeClosedError, UnknownTurnError
 
 __all__ = ["Admission"]
+
+logger = logging.getLogger("agent")
 
 
 class Admission:
@@ -117,6 +120,7 @@ class Admission:
         if turn_id in state.turns:
             # a redelivery, admitted already: the process that writes the session has it
             self._shared.handed_over.setdefault(turn_id, None)
+            logger.info("%s: turn %s is run by another process", self._shared.key, turn_id)
             return
         if turn_id in state.retired:
             return
