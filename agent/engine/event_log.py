@@ -37,6 +37,8 @@ LIVE_ONLY = frozenset({"message.delta", "reasoning.delta"})
 DEFAULT_RETENTION = 7 * 86_400.0
 """How long logged events are kept, in seconds: a week."""
 READ_PAGE = 500
+CLOSE_GRACE = 5.0
+"""Seconds a closing log waits for its last writes before it drops them."""
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
 """Seconds between tries of a log write the store refused; then the batch is dropped."""
 FALLBACK_POLL_SECONDS = 15.0
@@ -245,9 +247,23 @@ class EventLog:
         while writers := [t.writer for t in self._tails.values() if t.writer is not None]:
             await asyncio.gather(*writers, return_exceptions=True)
 
-    async def close(self) -> None:
-        """Write what is pending, then take no more events."""
-        await self.flush()
+    async def close(self, *, grace: float = CLOSE_GRACE) -> None:
+        """Write what is pending (for ``grace`` seconds at most), then take no more events.
+
+        A store that does not answer (its server is gone) costs a stopping process
+        ``grace``, not the writers' whole round of tries: what is left is dropped and
+        said so; the turns themselves are in the store already or resume anyway.
+        """
+        try:
+            async with asyncio.timeout(grace):
+                await self.flush()
+        except TimeoutError:
+            writers = [t.writer for t in self._tails.values() if t.writer is not None]
+            left = sum(len(t.pending) for t in self._tails.values())
+            logger.warning("stopping with %d event(s) not logged: the log did not answer", left)
+            for writer in writers:
+                writer.cancel()
+            await asyncio.gather(*writers, return_exceptions=True)
         self._closed = True
 
     async def __aenter__(self) -> EventLog:

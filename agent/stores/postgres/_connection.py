@@ -12,6 +12,7 @@ functions open each transaction themselves with ``conn.transaction()``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,11 @@ from agent.errors import StoreError
 __all__ = ["Pool", "redacted"]
 
 T = TypeVar("T")
+
+CONNECTION_WAIT = 30.0
+"""Seconds a transaction waits for a pooled connection (all busy, or the server away)."""
+CLOSE_GRACE = 5.0
+"""Seconds a closing store gives the calls under way before it refuses the rest."""
 
 logger = logging.getLogger("agent")
 
@@ -59,6 +65,9 @@ class Pool:
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="agent-pg")
         self._is_closed = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @classmethod
     async def open(cls, url: str, size: int) -> Self:
@@ -102,19 +111,29 @@ class Pool:
         """
         if self._is_closed:
             raise StoreError(f"the store at {self.where} is closed")
+        self._in_flight += 1
+        self._idle.clear()
         try:
             return await self.call(self._with_connection, fn, args)
         except RuntimeError as exc:
             if self._is_closed:  # the executor refuses work once shut down
                 raise StoreError(f"the store at {self.where} is closed") from exc
             raise
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
 
     def _with_connection(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
-            with self._pool.connection(timeout=30.0) as conn:
+            with self._pool.connection(timeout=CONNECTION_WAIT) as conn:
                 return fn(conn, *args)
+        except psycopg_pool.PoolClosed as exc:
+            raise StoreError(f"the store at {self.where} is closed") from exc
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreError(f"no connection to PostgreSQL at {self.where}: {exc}") from exc
+            # its message lists every failed try; the first line says it
+            reason = str(exc).splitlines()[0] if str(exc) else "timed out"
+            raise StoreError(f"no connection to PostgreSQL at {self.where}: {reason}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
@@ -129,12 +148,19 @@ class Pool:
         )
 
     async def close(self) -> None:
-        """Finish the calls queued, then close every connection."""
+        """Finish the calls under way, then close every connection.
+
+        A call still waiting for a connection after `CLOSE_GRACE` (the server is
+        gone, say) fails then, rather than hold a deploy's stop until its wait ends.
+        """
         if self._is_closed:
             return
         self._is_closed = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_GRACE):
+                await self._idle.wait()
         await asyncio.get_running_loop().run_in_executor(None, self._shut)
 
     def _shut(self) -> None:
+        self._pool.close(timeout=CLOSE_GRACE)  # those still waiting are refused now
         self._threads.shutdown(wait=True)
-        self._pool.close()
