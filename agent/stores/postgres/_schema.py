@@ -15,7 +15,7 @@ import psycopg
 from agent.core.records import SessionKey
 from agent.errors import StoreError
 
-__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "TABLES", "SessionIds", "migrate"]
+__all__ = ["BREAKING", "MIGRATIONS", "MIGRATION_LOCK", "TABLES", "SessionIds", "migrate"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -134,6 +134,12 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
+BREAKING: Final[frozenset[int]] = frozenset()
+"""The migrations (numbered from 1) after which code that knows fewer cannot run on the
+database. None so far: each change only adds, so old and new replicas run side by side.
+A change that removes or renames must first ship code that no longer needs the old
+shape, then the migration, listed here."""
+
 TABLES: Final = frozenset(
     {
         "sessions",
@@ -156,25 +162,38 @@ TABLES: Final = frozenset(
 def migrate(conn: Conn) -> None:
     """Bring the schema up to date, each migration in one transaction, under one lock.
 
+    A rolling deploy runs old and new code on one database: a schema newer than
+    this code is used as it is, unless a migration since was one older code cannot
+    run beside (`BREAKING`); the database keeps the oldest code that may.
+
     Raises:
-        StoreError: The database was migrated by newer code than this.
+        StoreError: The database was migrated by newer code this one cannot run beside.
     """
     with conn.transaction():
         # transactional DDL and a lock held to the end: a replica starting beside
         # this one waits here, then finds the work done
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
-        row = conn.execute("SELECT version FROM schema_version").fetchone()
-        version = row[0] if row else 0
-        if version > len(MIGRATIONS):
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version"
+            " (version integer NOT NULL, oldest_code integer NOT NULL DEFAULT 0)"
+        )
+        row = conn.execute("SELECT version, oldest_code FROM schema_version").fetchone()
+        version, oldest = row if row else (0, 0)
+        known = len(MIGRATIONS)
+        if oldest > known:
             raise StoreError(
-                f"database schema version {version} is newer than this code knows "
-                f"({len(MIGRATIONS)}); run a newer release"
+                f"database schema version {version} needs code that knows at least "
+                f"{oldest} migrations, and this code knows {known}; run a newer release"
             )
+        if version >= known:
+            return  # up to date, or newer and still fit for this code
         for script in MIGRATIONS[version:]:
             conn.execute(script.encode())
+        oldest = max([oldest, *(n for n in BREAKING if n <= known)])
         conn.execute("DELETE FROM schema_version")
-        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (len(MIGRATIONS),))
+        conn.execute(
+            "INSERT INTO schema_version (version, oldest_code) VALUES (%s, %s)", (known, oldest)
+        )
 
 
 class SessionIds:

@@ -94,11 +94,21 @@ async def test_replicas_starting_together_on_an_empty_database_migrate_it_once(p
             await store.close()
 
 
-async def test_a_database_migrated_by_newer_code_is_refused(postgres_url):
+async def test_old_code_runs_on_a_schema_newer_code_added_to_until_one_it_cannot(postgres_url):
+    # a rolling deploy: the new release migrated, and a replica of the old one starts
     await (await PostgresStore.open(postgres_url)).close()
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute("UPDATE schema_version SET version = version + 1")
-    with pytest.raises(StoreError, match="newer than this code"):
+        conn.execute("UPDATE schema_version SET version = version + 1")  # it only added
+    newer = await PostgresStore.open(postgres_url)
+    await newer.commit(KEY, Commit(messages=(message(0),)))
+    await newer.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (len(MIGRATIONS) + 1,)  # left as the newer code made it
+        ]
+        # then a release whose change older code cannot run beside
+        conn.execute("UPDATE schema_version SET oldest_code = version")
+    with pytest.raises(StoreError, match="run a newer release"):
         await PostgresStore.open(postgres_url)
 
 
