@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import time
@@ -24,13 +25,18 @@ import pytest
 from aiohttp import web
 
 from bot.texts import SUPERSEDED
+from tests.bot.slack_harness import approval_in
 from tests.bot.test_schedules import DAILY
 from tests.bot.test_slack_process import (
+    POSTED,
+    POSTING,
     WAIT,
     Running,
     bot_process,
     free_port,
+    last_reply_becomes,
     mention,
+    post_click,
     post_signed,
     until,
 )
@@ -374,3 +380,29 @@ async def test_a_schedule_fired_by_three_replicas_in_one_minute_runs_and_posts_o
     assert top == ["Today: the deploy moved to Friday."]
     assert len(api.requests) == 1
     assert rows(postgres_url, "SELECT count(*), min(status) FROM turns") == [(1, "completed")]
+
+
+async def test_an_approval_clicked_at_another_replica_resumes_the_turn_and_posts_once(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    slack.add_channel("C0RANDOM", members=[slack.user_id])
+    async with FakeAnthropic() as api:
+        api.queue(*POSTING)
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        running = await replicas(3, **claude)
+        async with Proxy([r.port for r in running]) as proxy:
+            ts, envelope = mention(slack, "tell #random the deploy is at noon")
+            assert await post_signed(proxy.port, envelope) == 200
+            approval = await approval_in(slack, ts)
+            asked_at = proxy.sent_to[-1]
+
+            clicked = post_click(proxy.port, "turn_approve", slack.user_id, approval, slack.team_id)
+            assert await clicked == 200
+            assert proxy.sent_to[-1] != asked_at  # the click reached another replica
+            await last_reply_becomes(slack, ts, POSTED)
+
+    assert [m.text for m in slack.messages("C0RANDOM")] == ["Deploy at noon."]
+    decided = next(m for m in slack.replies(slack.channel_id, ts) if m.ts == approval.ts)
+    assert f"Approved by <@{slack.user_id}>" in json.dumps(decided.blocks)
+    assert len(api.requests) == 2
+    assert [m.text for m in bot_replies(slack, ts)].count(POSTED) == 1
