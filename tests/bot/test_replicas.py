@@ -406,3 +406,32 @@ async def test_an_approval_clicked_at_another_replica_resumes_the_turn_and_posts
     assert f"Approved by <@{slack.user_id}>" in json.dumps(decided.blocks)
     assert len(api.requests) == 2
     assert [m.text for m in bot_replies(slack, ts)].count(POSTED) == 1
+
+
+async def test_a_slack_retry_that_reaches_other_replicas_is_still_one_turn_and_one_reply(
+    slack: FakeSlack, replicas: Replicas, postgres_url: str
+):
+    go_on = asyncio.Event()
+    async with FakeAnthropic() as api:
+        api.queue(Hang(Reply.text(FINAL), 5, release=go_on))
+        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        running = await replicas(3, **claude)
+        async with Proxy([r.port for r in running]) as proxy:
+            ts, envelope = mention(slack, "remember that the deploy is at noon")
+            # Slack sends the event again when an answer is slow or lost: each copy
+            # reaches the next replica
+            statuses = await asyncio.gather(*(post_signed(proxy.port, envelope) for _ in range(3)))
+            assert statuses == [200, 200, 200]
+            assert len(set(proxy.sent_to[-3:])) == 3
+            await asyncio.wait_for(api.hung.wait(), WAIT)
+            go_on.set()
+            await until(
+                lambda: any(
+                    m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)
+                ),
+                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
+            )
+
+    assert [m.text for m in bot_replies(slack, ts) if m.stream is not None] == [FINAL]
+    assert rows(postgres_url, "SELECT count(*) FROM turns") == [(1,)]
+    assert len(api.requests) == 1

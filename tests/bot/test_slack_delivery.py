@@ -17,6 +17,7 @@ import pytest
 from agent import SessionKey
 from agent._json import JsonValue
 from bot.slack.channel import SlackChannel
+from bot.slack.channel.delivery import DeliveryState, Thread
 from bot.slack.inbound import Inbound, read_event
 from bot.slack.reply import MAX_MESSAGE_CHARS
 from tests.bot.slack_harness import WAIT, Bot, approval_in
@@ -236,3 +237,16 @@ async def test_a_reply_split_over_messages_is_rewritten_once_at_the_next_start(b
     assert said[0].ts == first["ts"]  # the first message is kept, and rewritten
     assert second not in [m.ts for m in said]  # what followed it is written anew
     assert "\n\n".join(m.text for m in said) == f"you said: {text.strip()}"
+
+
+async def test_a_message_another_replica_took_first_leaves_its_reply_state_as_it_is(bot: Bot):
+    # Slack's retry reaches a replica whose copy of the thread is behind: the reply the
+    # first replica is writing (its ts kept) must not be forgotten under it
+    thread = Thread(bot.slack.channel_id, "1700000000.000100", "slack:T:C:1700000000.000100")
+    renderer = bot.channel._renderer
+    assert await renderer.intend(thread, "T:C:1700000000.000100")
+    writing = DeliveryState(since=0, reply="1700000000.000200")
+    await renderer.deliveries.keep(thread.session_id, "T:C:1700000000.000100", writing)
+
+    assert not await renderer.intend(thread, "T:C:1700000000.000100")
+    assert await renderer.deliveries.load(thread.session_id, "T:C:1700000000.000100") == writing

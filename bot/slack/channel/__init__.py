@@ -167,11 +167,13 @@ class SlackChannel:
         )
         # the channel is the signed event's: no message can choose its own policy
         opening = dataclasses.replace(inbound.input, policy=await self.policy_for(inbound.channel))
-        await self._renderer.intend(thread, inbound.turn_id)  # kept before anything is shown
+        # kept before anything is shown
+        intended = await self._renderer.intend(thread, inbound.turn_id)
         try:
             await session.start(opening, turn_id=inbound.turn_id, replace=replace)
         except SessionSuspendedError:
-            await self._renderer.deliveries.keep(inbound.session_id, inbound.turn_id, None)
+            if intended:
+                await self._renderer.deliveries.keep(inbound.session_id, inbound.turn_id, None)
             speaker = inbound.input.user or ""
             await self._renderer.tell(speaker, thread, await _waiting_for(session))
             return False

@@ -26,6 +26,7 @@ from agent import (
     JsonValue,
     MessageCompleted,
     MessageDelta,
+    SessionKey,
     TurnEvent,
     TurnRecord,
     UnknownTurnError,
@@ -176,13 +177,17 @@ class ReplyRenderer:
         done = DeliveryState(done=True) if thread_of(thread.session_id) is None else None
         await self.deliveries.keep(thread.session_id, turn_id, done)
 
-    async def intend(self, thread: Thread, turn_id: str) -> None:
+    async def intend(self, thread: Thread, turn_id: str) -> bool:
         """Keep that the thread is owed the turn's reply, before the turn is started.
 
         A process that dies before the reply's first message exists (the turn
-        done or not) leaves this state, and the next start shows the reply.
+        done or not) leaves this state, and the next start shows the reply. A
+        state kept already is left as it is: another replica took the same message
+        first and may be showing it (its reply's ts is in it). True if this kept it.
         """
-        await self.deliveries.keep(thread.session_id, turn_id, DeliveryState(since=0))
+        key = SessionKey(self.agent, thread.session_id)
+        owed = DeliveryState(since=0).to_json()
+        return await self.runtime.store.claim_delivery(key, turn_id, owed)
 
     async def delete(self, channel: str, messages: tuple[str, ...]) -> None:
         """Delete the bot's own messages (best effort)."""
