@@ -37,7 +37,7 @@ LIVE_ONLY = frozenset({"message.delta", "reasoning.delta"})
 DEFAULT_RETENTION = 7 * 86_400.0
 """How long logged events are kept, in seconds: a week."""
 READ_PAGE = 500
-CLOSE_GRACE = 5.0
+CLOSE_GRACE = 3.0
 """Seconds a closing log waits for its last writes before it drops them."""
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
 """Seconds between tries of a log write the store refused; then the batch is dropped."""

@@ -22,6 +22,9 @@ __all__ = ["AgentRuntime"]
 
 logger = logging.getLogger("agent")
 
+LET_GO_SECONDS = 3.0
+"""How long a closing runtime gives its sessions to let their leases go."""
+
 SWEEP_SECONDS = 1.0
 """How often a runtime looks for unfinished turns another process wrote, by default: a
 replica that died is taken over within about this long (its liveness shows at once)."""
@@ -270,7 +273,21 @@ class AgentRuntime:
         await asyncio.gather(*tasks, return_exceptions=True)
         for session in self._sessions.values():
             session.abandon_waiters()
-            await session.let_go()
+        # Best effort, and bounded: a store that does not answer (its server gone) must
+        # not hold a deploy's stop. A lease not let go runs out, or is taken at once
+        # once this process is seen gone; a run not taken back stays counted.
+        letting_go = [
+            asyncio.ensure_future(session.let_go()) for session in self._sessions.values()
+        ]
+        if letting_go:
+            _, late = await asyncio.wait(letting_go, timeout=LET_GO_SECONDS)
+            for task in late:
+                task.cancel()
+            if late:
+                logger.warning(
+                    "stopped without letting %d session(s) go: the store did not answer", len(late)
+                )
+            await asyncio.gather(*letting_go, return_exceptions=True)
         retire(self.holder)
         self._sessions.clear()
         self._loaded.clear()

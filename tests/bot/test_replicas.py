@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from tests.bot.test_slack_process import (
 from tests.bot.test_slack_schedules import clear_of_a_minute_boundary
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message
+from tests.postgres_server import PostgresServer, find_binaries
 
 FINAL = "Noted: the deploy is at noon, and I will remember it."
 LEASE_SECONDS = 10.0
@@ -435,3 +436,43 @@ async def test_a_slack_retry_that_reaches_other_replicas_is_still_one_turn_and_o
     assert [m.text for m in bot_replies(slack, ts) if m.stream is not None] == [FINAL]
     assert rows(postgres_url, "SELECT count(*) FROM turns") == [(1,)]
     assert len(api.requests) == 1
+
+
+@pytest.fixture
+def own_server(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
+    """A server of this test's own, to stop under the bot (the run's server stays up)."""
+    binaries = find_binaries()
+    assert binaries is not None  # postgres_server would have skipped or failed otherwise
+    server = PostgresServer(binaries)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_deploys_sigterm_with_the_database_gone_stops_the_bot_inside_herokus_grace(
+    slack: FakeSlack, tmp_path: Path, own_server: PostgresServer
+):
+    async with FakeAnthropic() as api:
+        api.queue(Hang(Reply.text(FINAL), 5))
+        port = free_port()
+        proc = await bot_process(
+            slack,
+            tmp_path,
+            port,
+            stderr=asyncio.subprocess.STDOUT,
+            DATABASE_URL=own_server.fresh_schema(),
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=api.base_url,
+        )
+        bot = Running(proc, port)
+        await bot.line_starting("Serving Slack events on")
+        _, envelope = mention(slack, "remember that the deploy is at noon")
+        assert await post_signed(port, envelope) == 200
+        await asyncio.wait_for(api.hung.wait(), WAIT)  # a turn is running, its lease held
+
+        own_server.stop()  # the database goes away (a failover, an outage)
+        proc.send_signal(signal.SIGTERM)
+        # Heroku sends SIGKILL 30 s after SIGTERM: the bot is out long before
+        assert await asyncio.wait_for(proc.wait(), 25) == 0
+        await bot.stopped()
+    assert not any("Traceback" in line for line in bot.out)

@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 CONNECTION_WAIT = 30.0
 """Seconds a transaction waits for a pooled connection (all busy, or the server away)."""
-CLOSE_GRACE = 5.0
+CLOSE_GRACE = 3.0
 """Seconds a closing store gives the calls under way before it refuses the rest."""
 
 logger = logging.getLogger("agent")
