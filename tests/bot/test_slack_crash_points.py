@@ -170,8 +170,13 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         root, envelope = mention(slack, "when is the deploy?")
         await post_signed(first.port, envelope)
         await until(lambda: len(api.requests) == 1, "the first question is with Claude")
+        # The note waits until the newer message is acknowledged, so the bot dies where
+        # this test says on every store: on PostgreSQL the superseded turn's own ending
+        # may commit, and its note open, before the newer message's ack leaves.
+        note = slack.hold_next("chat.startStream")
         newer, envelope = mention(slack, "and the freeze?", thread_ts=root)
-        await post_signed(first.port, envelope)
+        assert await post_signed(first.port, envelope) == 200
+        note.set()
         assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
         [orphan] = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
         assert (orphan.stream, orphan.metadata) == ("streaming", None)
