@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.agent.crash_db import CrashDatabase
 from tests.postgres_server import PostgresServer, find_binaries
 
 SECRET_VARS = (
@@ -43,3 +45,11 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A ``postgresql://`` URL whose connections work in a schema of this test's own."""
     return postgres_server.fresh_schema()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def crash_db(request: pytest.FixtureRequest, tmp_path: Path) -> CrashDatabase:
+    """The database of a crash test's processes: a SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return CrashDatabase("sqlite", str(tmp_path / "sessions.db"))
+    return CrashDatabase("postgres", request.getfixturevalue("postgres_url"))

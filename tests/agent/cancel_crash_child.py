@@ -1,14 +1,15 @@
-"""One process of the durable-cancel crash test: asks for a cancel, or recovers, on SQLite.
+"""One process of the durable-cancel crash test: asks for a cancel, or recovers, durably.
 
 Run by ``test_cancel_crash.py`` as a child process::
 
-    python cancel_crash_child.py DB_PATH LOG_PATH PHASE
+    python cancel_crash_child.py DATABASE LOG_PATH PHASE
 
-The turn ``TURN_ID``: the model replies with one batch of two async (remote)
-tools, ``first`` then ``second``; once both have results it replies with a
-final text. In the phases that start the turn, ``first`` blocks for good on an
-event nobody sets; in ``recover`` both tools return at once, so that a tool
-run again there shows in the log instead of hanging the test.
+``DATABASE`` is a SQLite file's path or a ``postgresql://`` URL. The turn
+``TURN_ID``: the model replies with one batch of two async (remote) tools,
+``first`` then ``second``; once both have results it replies with a final
+text. In the phases that start the turn, ``first`` blocks for good on an event
+nobody sets; in ``recover`` both tools return at once, so that a tool run
+again there shows in the log instead of hanging the test.
 
 ``PHASE`` is one of:
 
@@ -44,7 +45,6 @@ from agent import (
     Completed,
     ModelReply,
     ModelRequest,
-    SQLiteStore,
     ToolContext,
     ToolMessage,
     TurnEvent,
@@ -54,6 +54,7 @@ from agent import (
 from agent._json import JsonValue
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.child_log import append_line
+from tests.agent.child_store import open_child_store
 
 AGENT = "worker"
 SESSION = "s-cancel-crash"
@@ -129,11 +130,11 @@ def result_json(result: TurnResult) -> str:
     return json.dumps({"type": type(result).__name__})
 
 
-async def main(db_path: str, log_path: str, phase: str) -> None:
+async def main(database: str, log_path: str, phase: str) -> None:
     if phase not in PHASES:
         raise SystemExit(f"unknown phase {phase!r}")
     child = Child(log_path, phase)
-    store = await SQLiteStore.open(db_path)
+    store = await open_child_store(database)
     try:
         runtime = AgentRuntime(store, child.agent())
         session = runtime.session(AGENT, SESSION)

@@ -2,11 +2,12 @@
 
 Run by ``test_claude_crash.py`` as a child process::
 
-    python claude_crash_child.py DB_PATH BASE_URL TOOL_LOG PHASE
+    python claude_crash_child.py DATABASE BASE_URL TOOL_LOG PHASE
 
-``DB_PATH`` is the SQLite file the turn lives in; ``BASE_URL`` is where the
-parent's `FakeAnthropic` listens (the real ``AnthropicModel`` and the real SDK
-talk to it over HTTP); ``TOOL_LOG`` is the file the local tool appends to.
+``DATABASE`` is where the turn lives: a SQLite file's path or a
+``postgresql://`` URL; ``BASE_URL`` is where the parent's `FakeAnthropic`
+listens (the real ``AnthropicModel`` and the real SDK talk to it over HTTP);
+``TOOL_LOG`` is the file the local tool appends to.
 ``PHASE`` is ``start`` (admit the turn, then wait for it) or ``recover`` (enter
 a fresh runtime, which resumes the unfinished turn, then wait for it).
 
@@ -35,12 +36,12 @@ from agent import (
     AnthropicModel,
     AnthropicSettings,
     RetryPolicy,
-    SQLiteStore,
     Tool,
     TurnEvent,
     tool,
 )
 from tests.agent.child_log import append_line
+from tests.agent.child_store import open_child_store
 
 AGENT = "claude-crash"
 SESSION = "s-claude-crash"
@@ -73,7 +74,7 @@ def show(event: TurnEvent) -> None:
         print(f"EVENT {event.type}", flush=True)
 
 
-async def main(db_path: str, base_url: str, tool_log: str, phase: str) -> None:
+async def main(database: str, base_url: str, tool_log: str, phase: str) -> None:
     if phase not in ("start", "recover"):
         raise SystemExit(f"unknown phase {phase!r}")
     model = AnthropicModel(
@@ -96,7 +97,7 @@ async def main(db_path: str, base_url: str, tool_log: str, phase: str) -> None:
         tools=[record_run_tool(tool_log)],
         model_retry=RetryPolicy(attempts=1),
     )
-    store = await SQLiteStore.open(db_path)
+    store = await open_child_store(database)
     try:
         runtime = AgentRuntime(store, agent)
         session = runtime.session(AGENT, SESSION)

@@ -6,7 +6,6 @@ import pytest
 
 from agent import MemoryStore, SQLiteStore
 from agent.stores.postgres import PostgresStore
-from tests.agent.crash_db import CrashDatabase
 
 
 @pytest.fixture(params=["sqlite", "memory", "postgres"])
@@ -44,11 +43,3 @@ async def tx_store(
         s = await PostgresStore.open(request.getfixturevalue("postgres_url"))
     yield s
     await s.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def crash_db(request: pytest.FixtureRequest, tmp_path) -> CrashDatabase:
-    """The database of a crash test's children: a SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        return CrashDatabase("sqlite", str(tmp_path / "sessions.db"))
-    return CrashDatabase("postgres", request.getfixturevalue("postgres_url"))

@@ -1,14 +1,14 @@
-"""One process of a human-in-the-loop crash test: parks, answers or expires a turn on SQLite.
+"""One process of a human-in-the-loop crash test: parks, answers or expires a turn, durably.
 
 Run by ``test_hitl_crash.py`` as a child process::
 
-    python hitl_crash_child.py DB_PATH ENTRY_LOG EFFECT_LOG PHASE TTL
+    python hitl_crash_child.py DATABASE ENTRY_LOG EFFECT_LOG PHASE TTL
 
-The turn: the model calls the async tool ``post_announcement``, which asks
-``U1`` to approve with ``ctx.request_input`` and, only on ``True``, posts (one
-line appended to ``EFFECT_LOG``); then the model replies with a final text
-built from the tool's result. ``TTL`` is ``none`` or the request's time to
-live in seconds.
+``DATABASE`` is a SQLite file's path or a ``postgresql://`` URL. The turn: the
+model calls the async tool ``post_announcement``, which asks ``U1`` to approve
+with ``ctx.request_input`` and, only on ``True``, posts (one line appended to
+``EFFECT_LOG``); then the model replies with a final text built from the
+tool's result. ``TTL`` is ``none`` or the request's time to live in seconds.
 
 ``PHASE`` is one of:
 
@@ -56,8 +56,10 @@ from agent import (
 from agent._json import JsonValue
 from agent.core.hitl import EXPIRED, InboundEvent, InputRequest
 from agent.errors import ResumeAuthorizationError
+from agent.stores.postgres import PostgresStore
 from agent.testing import ScriptedModel, call, reply
 from tests.agent.child_log import append_line
+from tests.agent.child_store import open_child_store
 
 AGENT = "announcer"
 SESSION = "s-hitl-crash"
@@ -146,11 +148,11 @@ async def ended(session: AgentSession, turn_id: str, ending: asyncio.Future[None
 
 
 async def main(
-    db_path: str, entry_log: str, effect_log: str, phase: str, ttl: float | None
+    database: str, entry_log: str, effect_log: str, phase: str, ttl: float | None
 ) -> None:
     if phase not in ("park", "wrong-user", "resume", "recover"):
         raise SystemExit(f"unknown phase {phase!r}")
-    store = await SQLiteStore.open(db_path)
+    store = await open_child_store(database)
     try:
         runtime = AgentRuntime(store, make_agent(entry_log, effect_log, ttl))
         session = runtime.session(AGENT, SESSION)
@@ -200,7 +202,7 @@ def freeze() -> NoReturn:
     os._exit(3)  # never reached when the parent does its job
 
 
-async def refuse_wrong_user(store: SQLiteStore, session: AgentSession) -> None:
+async def refuse_wrong_user(store: SQLiteStore | PostgresStore, session: AgentSession) -> None:
     before = await session.pending()
     try:
         await session.resume(TURN_ID, INPUT_ID, True, by=INTRUDER)
@@ -208,7 +210,7 @@ async def refuse_wrong_user(store: SQLiteStore, session: AgentSession) -> None:
         print(f"REFUSED {json.dumps(str(exc))}", flush=True)
     else:
         raise AssertionError(f"{INTRUDER} was allowed to answer a request for {APPROVER}")
-    # nothing stored, as this process sees it (the parent checks the file as well)
+    # nothing stored, as this process sees it (the parent checks the database as well)
     steps = await store.load_steps(session.key, TURN_ID)
     assert not [step for step in steps if step.startswith("input:")], steps
     assert await session.status() == "suspended"

@@ -2,16 +2,17 @@
 
 Run by ``test_poison_turns.py`` as a child process::
 
-    python poison_child.py DB_PATH PHASE
+    python poison_child.py DATABASE PHASE
 
-``PHASE`` is ``start`` (admit the turn ``poison``, then wait for it),
-``recover`` (enter a fresh runtime, which resumes or holds the unfinished turn,
-then wait for it) or ``serve`` (enter a fresh runtime, run one turn of the
-session, print ``SERVING`` and keep running, as a bot does, until killed).
-The turn's one tool, ``explode``, SIGKILLs its own process, so a run of it
-never returns. Once the turn ended, the process asks one more turn of the same
-session (the thread is not stuck) and prints ``RESULT <json>`` and each
-event of the poison turn as ``EVENT <type>``.
+``DATABASE`` is a SQLite file's path or a ``postgresql://`` URL. ``PHASE`` is
+``start`` (admit the turn ``poison``, then wait for it), ``recover`` (enter a
+fresh runtime, which resumes or holds the unfinished turn, then wait for it)
+or ``serve`` (enter a fresh runtime, run one turn of the session, print
+``SERVING`` and keep running, as a bot does, until killed). The turn's one
+tool, ``explode``, SIGKILLs its own process, so a run of it never returns.
+Once the turn ended, the process asks one more turn of the same session (the
+thread is not stuck) and prints ``RESULT <json>`` and each event of the poison
+turn as ``EVENT <type>``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from agent import (
     AgentRuntime,
     ModelReply,
     ModelRequest,
-    SQLiteStore,
     ToolMessage,
     TurnEvent,
     tool,
 )
 from agent.testing import ScriptedModel, call, reply
+from tests.agent.child_store import open_child_store
 
 SESSION = "s-poison"
 TURN_ID = "poison"
@@ -56,8 +57,8 @@ def script(request: ModelRequest) -> ModelReply:
     return reply("still here")
 
 
-async def main(db: str, phase: str) -> None:
-    store = await SQLiteStore.open(db)
+async def main(database: str, phase: str) -> None:
+    store = await open_child_store(database)
     agent = Agent(name="a", model=ScriptedModel(script), tools=[explode])
     events: list[TurnEvent] = []
     if phase == "serve":

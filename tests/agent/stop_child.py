@@ -2,9 +2,10 @@
 
 Run by ``test_poison_turns.py`` as a child process::
 
-    python stop_child.py DB_PATH MODE [start]
+    python stop_child.py DATABASE MODE [start]
 
-The turn ``long`` calls one tool, ``work``, whose ``MODE`` says what it does: ``hang``
+``DATABASE`` is a SQLite file's path or a ``postgresql://`` URL. The turn
+``long`` calls one tool, ``work``, whose ``MODE`` says what it does: ``hang``
 prints ``WAITING`` and waits until the process is stopped; ``kill`` prints
 ``EXPLODING`` and SIGKILLs its own process; ``finish`` returns. With ``start`` the
 process admits the turn; without, it enters a fresh runtime, which resumes (or
@@ -25,11 +26,11 @@ from agent import (
     AgentRuntime,
     ModelReply,
     ModelRequest,
-    SQLiteStore,
     ToolMessage,
     tool,
 )
 from agent.testing import ScriptedModel, call, reply
+from tests.agent.child_store import open_child_store
 
 SESSION = "s-long"
 TURN_ID = "long"
@@ -55,11 +56,11 @@ def script(request: ModelRequest) -> ModelReply:
     return reply("", call("work", id="c1"))
 
 
-async def main(db: str, admit: bool) -> None:
+async def main(database: str, admit: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)  # as bot/serve.py does
-    store = await SQLiteStore.open(db)
+    store = await open_child_store(database)
     agent = Agent(name="a", model=ScriptedModel(script), tools=[work])
     async with AgentRuntime(store, agent) as runtime:
         session = runtime.session("a", SESSION)

@@ -1,15 +1,15 @@
 """A cancel request outlives the process that stored it: SIGKILL, then a new process obeys it.
 
-The turn (run by ``cancel_crash_child.py`` on a SQLite file) is one model reply
-asking for a batch of two async tools, ``first`` then ``second``, and a final
-reply once both have results. The main test goes:
+The turn (run by ``cancel_crash_child.py`` on a SQLite file, and again on
+PostgreSQL) is one model reply asking for a batch of two async tools, ``first``
+then ``second``, and a final reply once both have results. The main test goes:
 
 1. start a child that runs the turn until ``first`` is entered and blocks, then
    calls ``session.cancel`` itself and prints ``CANCEL_STORED`` once it returned;
 2. SIGKILL it there (the tool still running, so the turn never reached a
-   boundary to stop at) and read the file read-only: the turn is still
+   boundary to stop at) and read the database: the turn is still
    ``running``, its ``cancel`` column says ``requested``, no tool result exists;
-3. start a fresh child on the same file: its runtime's start-up recovers the
+3. start a fresh child on the same database: its runtime's start-up recovers the
    turn, which must end ``cancelled`` at its first boundary, closing both calls
    with ``{"cancelled": true}``, without asking the model or entering a tool.
 
@@ -30,7 +30,7 @@ import pytest
 
 from tests.agent import cancel_crash_child as child
 from tests.agent.child_process import ChildProcess, start_children
-from tests.agent.helpers import read_only
+from tests.agent.crash_db import CrashDatabase
 
 CHILD = Path(__file__).with_name("cancel_crash_child.py")
 CALLS = [("first", child.FIRST_CALL), ("second", child.SECOND_CALL)]
@@ -63,12 +63,12 @@ Spawn = Callable[[str], Child]
 
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Spawn]:
-    """Start children on ``tmp_path``; any still alive at teardown is SIGKILLed and reaped."""
+def spawn(tmp_path: Path, crash_db: CrashDatabase) -> Iterator[Spawn]:
+    """Start children on ``crash_db``; any still alive at teardown is SIGKILLed and reaped."""
     with start_children(Child, CHILD, tmp_path) as start:
 
         def spawn_phase(phase: str) -> Child:
-            return start(phase, [tmp_path / "sessions.db", tmp_path / "calls.log", phase])
+            return start(phase, [crash_db.where, tmp_path / "calls.log", phase])
 
         yield spawn_phase
 
@@ -82,7 +82,7 @@ class Turn:
 
 @dataclass(frozen=True)
 class Stored:
-    """What the SQLite file holds for the test's one session."""
+    """What the database holds for the test's one session."""
 
     session_status: str
     turns: dict[str, Turn]
@@ -101,19 +101,19 @@ class Stored:
         ]
 
 
-def _stored(db: Path) -> Stored:
-    [(session_status,)] = read_only(db, "select status from sessions")
+def _stored(db: CrashDatabase) -> Stored:
+    [(session_status,)] = db.rows("select status from sessions")
     turns = {
         str(turn_id): Turn(status=str(status), cancel=cancel, record=json.loads(record))
-        for turn_id, status, cancel, record in read_only(
-            db, "select turn_id, status, cancel, record from turns order by seq"
+        for turn_id, status, cancel, record in db.rows(
+            "select turn_id, status, cancel, record from turns order by seq"
         )
     }
     steps: dict[str, dict[str, Any]] = {}
-    for turn_id, step, result in read_only(db, "select turn_id, step_id, result from steps"):
+    for turn_id, step, result in db.rows("select turn_id, step_id, result from steps"):
         assert turn_id == child.TURN_ID  # the queued turn of the second test never steps
         steps[str(step)] = json.loads(result)
-    rows = read_only(db, "select idx, body from messages order by idx")
+    rows = db.rows("select idx, body from messages order by idx")
     assert [idx for idx, _ in rows] == list(range(len(rows)))  # no gap, no repeat
     return Stored(
         session_status=str(session_status),
@@ -150,8 +150,10 @@ def _tool_entries(tmp_path: Path) -> list[tuple[str, int]]:
     return [(e["tool"], int(e["pid"])) for e in log if e["kind"] == "entered"]
 
 
-def _cancel_while_first_runs_then_kill(spawn: Spawn, db: Path, phase: str) -> Child:
-    """Run the turn into ``first``, have the child cancel it, SIGKILL it; check the file."""
+def _cancel_while_first_runs_then_kill(
+    spawn: Spawn, db: CrashDatabase, logs: Path, phase: str
+) -> Child:
+    """Run the turn into ``first``, have the child cancel it, SIGKILL it; check the database."""
     canceller = spawn(phase)
     canceller.wait_for("IN_FIRST")
     assert json.loads(canceller.wait_for("CANCEL_STORED ")) is True
@@ -178,18 +180,17 @@ def _cancel_while_first_runs_then_kill(spawn: Spawn, db: Path, phase: str) -> Ch
     [_, batch] = killed.messages
     assert [(c["name"], c["id"]) for c in batch["content"] if c["kind"] == "tool_call"] == CALLS
     # this process asked the model once and entered ``first`` only
-    assert _model_asks(db.parent) == [(canceller.proc.pid, child.TURN_ID, "model:1")]
-    assert _tool_entries(db.parent) == [("first", canceller.proc.pid)]
+    assert _model_asks(logs) == [(canceller.proc.pid, child.TURN_ID, "model:1")]
+    assert _tool_entries(logs) == [("first", canceller.proc.pid)]
     return canceller
 
 
 def test_a_cancel_stored_before_a_sigkill_ends_the_turn_cancelled_at_the_next_start(
-    spawn, tmp_path
+    spawn, tmp_path, crash_db
 ):
-    db = tmp_path / "sessions.db"
-    canceller = _cancel_while_first_runs_then_kill(spawn, db, "cancel-running")
+    canceller = _cancel_while_first_runs_then_kill(spawn, crash_db, tmp_path, "cancel-running")
     # the request is on disk, in its own column: all the next process has to go on
-    assert _stored(db).turns[child.TURN_ID].cancel == "requested"
+    assert _stored(crash_db).turns[child.TURN_ID].cancel == "requested"
 
     recoverer = spawn("recover")
     assert recoverer.results() == {
@@ -199,7 +200,7 @@ def test_a_cancel_stored_before_a_sigkill_ends_the_turn_cancelled_at_the_next_st
     assert recoverer.events()[-1] == "turn.cancelled"
     assert [e for e in recoverer.events() if e.startswith(("action.", "message."))] == []
 
-    final = _stored(db)
+    final = _stored(crash_db)
     assert final.session_status == "idle"
     turn = final.turns[child.TURN_ID]
     assert (turn.status, turn.cancel) == ("cancelled", "requested")
@@ -222,14 +223,15 @@ def test_a_cancel_stored_before_a_sigkill_ends_the_turn_cancelled_at_the_next_st
     assert _tool_entries(tmp_path) == [("first", canceller.proc.pid)]
 
 
-def test_a_queued_turn_cancelled_before_a_sigkill_is_not_run_by_the_next_start(spawn, tmp_path):
-    db = tmp_path / "sessions.db"
+def test_a_queued_turn_cancelled_before_a_sigkill_is_not_run_by_the_next_start(
+    spawn, tmp_path, crash_db
+):
     canceller = spawn("cancel-queued")
     canceller.wait_for("IN_FIRST")
     assert json.loads(canceller.wait_for("CANCEL_STORED ")) is True
     canceller.kill()
 
-    killed = _stored(db)
+    killed = _stored(crash_db)
     assert killed.session_status == "running"
     assert list(killed.turns) == [child.TURN_ID, child.QUEUED_ID]
     running, queued = killed.turns[child.TURN_ID], killed.turns[child.QUEUED_ID]
@@ -246,7 +248,7 @@ def test_a_queued_turn_cancelled_before_a_sigkill_is_not_run_by_the_next_start(s
         child.TURN_ID: {"type": "Completed", "text": child.DONE_TEXT},
         child.QUEUED_ID: {"type": "Cancelled", "reason": "requested"},
     }
-    final = _stored(db)
+    final = _stored(crash_db)
     assert final.session_status == "idle"
     assert final.turns[child.QUEUED_ID] == queued  # untouched by the recovery
     assert final.turns[child.TURN_ID].status == "completed"

@@ -6,16 +6,16 @@ started with ``asyncio.create_subprocess_exec`` and every wait is bounded by
 
 1. queue the replies, the one to be cut short as a ``Hang`` that streams a few
    text deltas and then stalls;
-2. start ``claude_crash_child.py`` in ``start`` phase on a SQLite file, pointed
-   at the fake (argv carries the base URL; the environment carries no
-   ``ANTHROPIC_*`` or ``SLACK_*`` variable from outside);
+2. start ``claude_crash_child.py`` in ``start`` phase on a SQLite file (and
+   again on PostgreSQL), pointed at the fake (argv carries the base URL; the
+   environment carries no ``ANTHROPIC_*`` or ``SLACK_*`` variable from outside);
 3. wait until the fake says it is stalling (``api.hung``) *and* the child has
    printed ``DELTA`` lines adding up to everything the fake streamed: the
    child is mid-reply, holding text that has not committed;
-4. SIGKILL it, then read the SQLite file read-only to show that nothing of the
-   streamed step committed and the turn is still running;
+4. SIGKILL it, then read the database to show that nothing of the streamed
+   step committed and the turn is still running;
 5. queue the whole reply and start a child in ``recover`` phase, which only
-   enters a fresh runtime on the same file (start-up resumes the turn) and
+   enters a fresh runtime on the same database (start-up resumes the turn) and
    prints ``RESULT <json>``;
 6. check the transcript, the tool's runs and the requests the fake received.
 """
@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.agent import claude_crash_child as child
-from tests.agent.helpers import read_only
+from tests.agent.crash_db import CrashDatabase
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 
 CHILD = Path(__file__).with_name("claude_crash_child.py")
@@ -118,9 +118,9 @@ async def api() -> AsyncIterator[FakeAnthropic]:
 
 @pytest.fixture
 async def spawn(
-    api: FakeAnthropic, tmp_path: Path
+    api: FakeAnthropic, tmp_path: Path, crash_db: CrashDatabase
 ) -> AsyncIterator[Callable[[str], Awaitable[Child]]]:
-    """Start children on ``tmp_path``; any still alive at teardown is SIGKILLed and reaped."""
+    """Start children on ``crash_db``; any still alive at teardown is SIGKILLed and reaped."""
     started: list[Child] = []
     # only what a child needs from outside: never a real key or endpoint from the shell
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SLACK_"))}
@@ -129,7 +129,7 @@ async def spawn(
     async def start(phase: str) -> Child:
         argv = [
             str(CHILD),
-            str(tmp_path / "sessions.db"),
+            crash_db.where,
             api.base_url,
             str(tmp_path / "tool-runs.log"),
             phase,
@@ -160,7 +160,7 @@ async def spawn(
 
 @dataclass(frozen=True)
 class Stored:
-    """What the SQLite file holds for the test's one turn."""
+    """What the database holds for the test's one turn."""
 
     turn_status: str
     steps: set[str]
@@ -179,10 +179,10 @@ class Stored:
         ]
 
 
-def _stored(db: Path) -> Stored:
-    [(status,)] = read_only(db, f"select status from turns where turn_id = '{child.TURN_ID}'")
-    steps = {str(step) for (step,) in read_only(db, "select step_id from steps")}
-    rows = read_only(db, "select idx, turn_id, body from messages order by idx")
+def _stored(db: CrashDatabase) -> Stored:
+    [(status,)] = db.rows(f"select status from turns where turn_id = '{child.TURN_ID}'")
+    steps = {str(step) for (step,) in db.rows("select step_id from steps")}
+    rows = db.rows("select idx, turn_id, body from messages order by idx")
     assert [idx for idx, _, _ in rows] == list(range(len(rows)))  # no gap, no repeat
     assert {turn_id for _, turn_id, _ in rows} == {child.TURN_ID}
     return Stored(str(status), steps, [json.loads(body) for _, _, body in rows])
@@ -201,18 +201,20 @@ async def _kill_mid_stream(api: FakeAnthropic, first: Child) -> None:
     await first.kill()
 
 
-async def _recover(api: FakeAnthropic, spawn: Any, reply: Reply, folder: Path) -> tuple[Any, Any]:
+async def _recover(
+    api: FakeAnthropic, spawn: Any, reply: Reply, db: CrashDatabase
+) -> tuple[Any, Any]:
     """Queue the whole reply, run a recovering child, and read what it left on disk."""
     api.queue(reply)
     second = await spawn("recover")
     assert await second.result() == {"type": "Completed", "text": child.FINAL_TEXT}
-    final = _stored(folder / "sessions.db")
+    final = _stored(db)
     assert final.turn_status == "completed"
     return final, second
 
 
 async def test_kill_mid_stream_of_the_first_reply_asks_it_again_and_commits_once(
-    api, spawn, tmp_path
+    api, spawn, crash_db
 ):
     whole = Reply.text(child.FINAL_TEXT)
     api.queue(Hang(whole, after_events=HANG_AFTER_EVENTS))
@@ -220,13 +222,13 @@ async def test_kill_mid_stream_of_the_first_reply_asks_it_again_and_commits_once
     await _kill_mid_stream(api, first)
 
     # nothing of the streamed step committed: the turn stands on its question alone
-    killed = _stored(tmp_path / "sessions.db")
+    killed = _stored(crash_db)
     assert killed.turn_status == "running"
     assert killed.steps == set()
     assert killed.roles == ["user"]
     assert len(api.requests) == 1
 
-    final, second = await _recover(api, spawn, whole, tmp_path)
+    final, second = await _recover(api, spawn, whole, crash_db)
     assert final.steps == {"model:1"}
     assert final.roles == ["user", "assistant"]
     assert final.assistant_texts == [child.FINAL_TEXT]
@@ -240,7 +242,7 @@ async def test_kill_mid_stream_of_the_first_reply_asks_it_again_and_commits_once
 
 
 async def test_kill_mid_stream_of_the_reply_after_a_tool_asks_only_that_step_again(
-    api, spawn, tmp_path
+    api, spawn, tmp_path, crash_db
 ):
     whole = Reply.text(child.FINAL_TEXT)
     thinking = {"type": "thinking", "thinking": "Log it first.", "signature": "sig-crash"}
@@ -254,14 +256,14 @@ async def test_kill_mid_stream_of_the_reply_after_a_tool_asks_only_that_step_aga
     await _kill_mid_stream(api, first)
 
     # the tool's step committed; the reply streamed after it did not
-    killed = _stored(tmp_path / "sessions.db")
+    killed = _stored(crash_db)
     assert killed.turn_status == "running"
     assert killed.steps == {"model:1", f"tool:1:{TOOL_CALL_ID}"}
     assert killed.roles == ["user", "assistant", "tool"]
     assert len(_tool_runs(tmp_path)) == 1
     assert len(api.requests) == 2
 
-    final, _ = await _recover(api, spawn, whole, tmp_path)
+    final, _ = await _recover(api, spawn, whole, crash_db)
     assert final.steps == {"model:1", f"tool:1:{TOOL_CALL_ID}", "model:3"}
     assert final.roles == ["user", "assistant", "tool", "assistant"]
     kept_thinking, made_call = final.messages[1]["content"]

@@ -1,16 +1,15 @@
 """A parked turn outlives the process that parked it: SIGKILL, then a new process finishes it.
 
-The turn (run by ``hitl_crash_child.py`` on a SQLite file) is: a model reply
-that calls the async tool ``post_announcement``; the tool asks ``U1`` to
-approve with ``ctx.request_input`` and posts only on ``True``; a final reply.
-Each test goes:
+The turn (run by ``hitl_crash_child.py`` on a SQLite file, and again on
+PostgreSQL) is: a model reply that calls the async tool ``post_announcement``;
+the tool asks ``U1`` to approve with ``ctx.request_input`` and posts only on
+``True``; a final reply. Each test goes:
 
 1. start a child in ``park`` phase and wait for its ``PARKED`` line: the turn
    parked and the child froze (event loop included);
-2. SIGKILL it and read the SQLite file read-only: the park is all on disk
-   (turn and session ``suspended``, the request in the turn's record, no
-   answer stored);
-3. finish the turn from a *new* process on the same file: answered by ``U1``
+2. SIGKILL it and read the database: the park is all on disk (turn and
+   session ``suspended``, the request in the turn's record, no answer stored);
+3. finish the turn from a *new* process on the same database: answered by ``U1``
    (after a ``U2`` who is refused, in a process of its own), or, for a
    request with a time to live, expired by a fresh runtime's start-up;
 4. check the transcript and steps, and the two logs the tool keeps: it was
@@ -31,7 +30,7 @@ import pytest
 
 from tests.agent import hitl_crash_child as child
 from tests.agent.child_process import ChildProcess, start_children
-from tests.agent.helpers import read_only
+from tests.agent.crash_db import CrashDatabase
 
 CHILD = Path(__file__).with_name("hitl_crash_child.py")
 TTL_SECONDS = 0.5
@@ -53,20 +52,20 @@ Spawn = Callable[..., Child]
 
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Spawn]:
-    """Start children on ``tmp_path``; any still alive at teardown is SIGKILLed and reaped."""
+def spawn(tmp_path: Path, crash_db: CrashDatabase) -> Iterator[Spawn]:
+    """Start children on ``crash_db``; any still alive at teardown is SIGKILLed and reaped."""
     with start_children(Child, CHILD, tmp_path) as start:
 
         def spawn_phase(phase: str, *, ttl: float | None = None) -> Child:
-            paths = [tmp_path / name for name in ("sessions.db", "entries.log", "effects.log")]
-            return start(phase, [*paths, phase, "none" if ttl is None else str(ttl)])
+            logs = [tmp_path / name for name in ("entries.log", "effects.log")]
+            return start(phase, [crash_db.where, *logs, phase, "none" if ttl is None else str(ttl)])
 
         yield spawn_phase
 
 
 @dataclass(frozen=True)
 class Stored:
-    """What the SQLite file holds for the test's one session and turn."""
+    """What the database holds for the test's one session and turn."""
 
     turn_status: str
     session_status: str
@@ -83,15 +82,15 @@ class Stored:
         return [body["result"] for body in self.messages if body["role"] == "tool"]
 
 
-def _stored(db: Path) -> Stored:
-    [(session_status,)] = read_only(db, "select status from sessions")
-    [(turn_id, turn_status, record)] = read_only(db, "select turn_id, status, record from turns")
+def _stored(db: CrashDatabase) -> Stored:
+    [(session_status,)] = db.rows("select status from sessions")
+    [(turn_id, turn_status, record)] = db.rows("select turn_id, status, record from turns")
     assert turn_id == child.TURN_ID
     steps = {
         str(step): json.loads(result)
-        for step, result in read_only(db, "select step_id, result from steps")
+        for step, result in db.rows("select step_id, result from steps")
     }
-    rows = read_only(db, "select idx, turn_id, body from messages order by idx")
+    rows = db.rows("select idx, turn_id, body from messages order by idx")
     assert [idx for idx, _, _ in rows] == list(range(len(rows)))  # no gap, no repeat
     assert {turn for _, turn, _ in rows} == {child.TURN_ID}
     return Stored(
@@ -115,7 +114,9 @@ def _entry_pids(tmp_path: Path) -> list[int]:
     return [int(fields[1].removeprefix("pid=")) for fields in entries]
 
 
-def _park_and_kill(spawn: Spawn, db: Path, *, ttl: float | None) -> tuple[Child, dict[str, Any]]:
+def _park_and_kill(
+    spawn: Spawn, db: CrashDatabase, logs: Path, *, ttl: float | None
+) -> tuple[Child, dict[str, Any]]:
     """Park the turn in a child, SIGKILL it, and check the park is all on disk."""
     parker = spawn("park", ttl=ttl)
     request: dict[str, Any] = json.loads(parker.wait_for("PARKED "))
@@ -145,18 +146,17 @@ def _park_and_kill(spawn: Spawn, db: Path, *, ttl: float | None) -> tuple[Child,
     assert not [step for step in parked.steps if step.startswith("input:")]
     assert parked.roles == ["user", "assistant"]
     # the tool was entered once, and stopped at the ask before its side effect
-    assert _entry_pids(db.parent) == [parker.proc.pid]
-    assert _log(db.parent / "effects.log") == []
+    assert _entry_pids(logs) == [parker.proc.pid]
+    assert _log(logs / "effects.log") == []
     return parker, request
 
 
 def test_parked_turn_survives_sigkill_and_completes_when_answered_from_a_new_process(
-    spawn, tmp_path
+    spawn, tmp_path, crash_db
 ):
-    db = tmp_path / "sessions.db"
-    parker, request = _park_and_kill(spawn, db, ttl=None)
+    parker, request = _park_and_kill(spawn, crash_db, tmp_path, ttl=None)
     assert request["expires_at"] is None
-    parked = _stored(db)
+    parked = _stored(crash_db)
 
     # someone the request does not name is refused, from a process of its own
     intruder = spawn("wrong-user")
@@ -165,7 +165,7 @@ def test_parked_turn_survives_sigkill_and_completes_when_answered_from_a_new_pro
     assert "for another person to answer" in json.loads(refusal)
     assert child.APPROVER not in json.loads(refusal)  # never says who could answer
     # and nothing was stored: every row as the killed process left it
-    assert _stored(db) == parked
+    assert _stored(crash_db) == parked
     assert intruder.printed("MODEL ") == []
     assert _entry_pids(tmp_path) == [parker.proc.pid]
 
@@ -176,7 +176,7 @@ def test_parked_turn_survives_sigkill_and_completes_when_answered_from_a_new_pro
     # the committed model step was not asked again; only the one after the tool was
     assert resumer.printed("MODEL ") == ["model:3"]
 
-    final = _stored(db)
+    final = _stored(crash_db)
     assert (final.turn_status, final.session_status) == ("completed", "idle")
     assert final.record["resumes"] == 1
     assert (final.record["result"]["status"], final.record["result"]["text"]) == (
@@ -199,26 +199,25 @@ def test_parked_turn_survives_sigkill_and_completes_when_answered_from_a_new_pro
     assert " ".join(effect[3:]) == child.ANNOUNCEMENT
 
 
-def test_overdue_request_of_a_killed_process_expires_at_the_next_start(spawn, tmp_path):
-    db = tmp_path / "sessions.db"
+def test_overdue_request_of_a_killed_process_expires_at_the_next_start(spawn, tmp_path, crash_db):
     before_park = time.time()
-    parker, request = _park_and_kill(spawn, db, ttl=TTL_SECONDS)
+    parker, request = _park_and_kill(spawn, crash_db, tmp_path, ttl=TTL_SECONDS)
     killed_at = time.time()
     # the deadline is the park's wall-clock time plus the ttl, stored with the request
     expires_at = request["expires_at"]
     assert before_park + TTL_SECONDS < expires_at < killed_at + TTL_SECONDS
-    parked = _stored(db)
+    parked = _stored(crash_db)
 
-    # nobody runs while the deadline passes, so nobody answers: the file is as it was
+    # nobody runs while the deadline passes, so nobody answers: the database is as it was
     time.sleep(max(0.0, expires_at - time.time()) + 0.1)
-    assert _stored(db) == parked
+    assert _stored(crash_db) == parked
 
     # a fresh runtime finds the overdue request at start-up and answers it expired
     recoverer = spawn("recover", ttl=TTL_SECONDS)
     assert recoverer.result() == {"type": "Completed", "text": child.EXPIRED_TEXT}
     assert recoverer.printed("MODEL ") == ["model:3"]
 
-    final = _stored(db)
+    final = _stored(crash_db)
     assert (final.turn_status, final.session_status) == ("completed", "idle")
     assert final.record["resumes"] == 1
     assert set(final.steps) == {"model:1", TOOL_STEP, ANSWER_STEP, "model:3"}

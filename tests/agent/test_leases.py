@@ -1,8 +1,9 @@
 """Two processes on one store: each session has one writer at a time.
 
-Two runtimes on one SQLite file, each with its own connection, stand for two
-processes (the server and ``run-schedule`` beside it, two replicas); a child
-process that is SIGKILLed stands for one that died holding a session.
+Two runtimes on one database (a SQLite file, a PostgreSQL schema), each with
+its own connection, stand for two processes (the server and ``run-schedule``
+beside it, two replicas); a child process that is SIGKILLed stands for one that
+died holding a session.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agent.engine.lease import SessionLease, is_gone, new_holder, retire
 from agent.stores.postgres import PostgresStore
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS, ChildProcess, start_children
+from tests.agent.crash_db import CrashDatabase
 from tests.agent.test_hitl import Ledger, gated_post_tool, script, speaker_input
 
 KEY = SessionKey("a", "s1")
@@ -140,13 +142,14 @@ async def test_a_run_that_lost_its_session_writes_nothing_and_goes_on_once_it_is
     assert [m.role for m in on_disk.transcript] == ["user", "assistant", "user", "assistant"]
 
 
-async def test_a_session_held_by_a_killed_process_is_taken_at_once(tmp_path: Path):
-    db = tmp_path / "bot.db"
-    await (await SQLiteStore.open(db)).close()  # the schema, before two processes open it
+async def test_a_session_held_by_a_killed_process_is_taken_at_once(
+    tmp_path: Path, crash_db: CrashDatabase
+):
+    await (await crash_db.open()).close()  # the schema, before two processes open it
     with start_children(ChildProcess, CHILD, tmp_path) as start:
-        child = start("holder", [db])
+        child = start("holder", [crash_db.where])
         child.wait_for("HELD")
-        store = await SQLiteStore.open(db)
+        store = await crash_db.open()
         lease = SessionLease(store, KEY, new_holder(), seconds=30.0)
         try:
             assert not await lease.take(wait=False)  # a live process holds it

@@ -1,10 +1,11 @@
 """Issue 19, point 4: a turn whose tool kills the process is held, not resumed forever.
 
 A real child process runs a turn whose tool SIGKILLs its own process; each
-restart on the same database resumes it and dies again, until the third death
-in a row: the next start ends the turn `interrupted` (reason ``held``), tells
-its stream once (``turn.interrupted``), and the session's next turn runs. An
-operator then lists, retries or drops the held turn (``python -m bot turns``).
+restart on the same database (a SQLite file, and again PostgreSQL) resumes it
+and dies again, until the third death in a row: the next start ends the turn
+`interrupted` (reason ``held``), tells its stream once (``turn.interrupted``),
+and the session's next turn runs. An operator then lists, retries or drops the
+held turn (``python -m bot turns``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent.core.turns import POISON_RUNS, TurnInput, TurnRecord
 from agent.models.anthropic.wire import api_messages
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import ChildProcess, start_children
+from tests.agent.crash_db import CrashDatabase
 from tests.bot.test_cli import run_bot
 
 from .wire_checks import assert_valid_api_messages
@@ -47,9 +49,9 @@ def killed_by_its_tool(process: ChildProcess) -> None:
 
 
 async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or_dropped(
-    tmp_path,
+    tmp_path, crash_db
 ):
-    db = tmp_path / "poison.db"
+    db = crash_db.where
     with start_children(ChildProcess, CHILD, tmp_path) as start:
         killed_by_its_tool(start("start", [db, "start"]))
         for n in (1, 2):
@@ -65,7 +67,7 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
     assert again.printed("EVENT ") == []  # and not again at the next start
     assert not again.printed("EXPLODING")
 
-    store = await SQLiteStore.open(db)
+    store = await crash_db.open()
     state = await store.load(KEY)
     record = state.turns["poison"]
     assert record.status == "interrupted"
@@ -79,7 +81,7 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
     assert (listed.key, listed.record.turn_id) == (KEY, "poison")
     await store.close()
 
-    env = {"DATABASE_URL": f"sqlite:///{db}"}
+    env = {"DATABASE_URL": crash_db.url}
     shown = run_bot("turns", "--held", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "a s-poison poison: the process stopped 3 times in a row" in shown.stdout
@@ -90,7 +92,7 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
     assert run_bot("turns", "--held", env=env).stdout.strip() == "No held turns."
     assert run_bot("turns", "--held", "--drop", "poison", env=env).returncode == 1
 
-    store = await SQLiteStore.open(db)
+    store = await crash_db.open()
     retry = (await store.load(KEY)).turns["poison.retry"]
     assert (retry.status, retry.retry_of, retry.input.text) == ("queued", "poison", "go")
     await store.close()
@@ -99,8 +101,8 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
         killed_by_its_tool(start("retried", [db, "recover"]))
 
 
-async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(tmp_path):
-    db = tmp_path / "poison.db"
+async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(tmp_path, crash_db):
+    db = crash_db.where
     with start_children(ChildProcess, CHILD, tmp_path) as start:
         killed_by_its_tool(start("start", [db, "start"]))
         for n in (1, 2):
@@ -109,14 +111,14 @@ async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(
         serving = start("serving", [db, "serve"])  # a bot that keeps running
         serving.wait_for("SERVING")
 
-        env = {"DATABASE_URL": f"sqlite:///{db}"}
+        env = {"DATABASE_URL": crash_db.url}
         retried = run_bot("turns", "--held", "--retry", "poison", env=env)
         assert retried.returncode == 0, retried.stderr
         assert "queued again as poison.retry" in retried.stdout
         # the running process finds the retry and runs it: its tool kills the process
         killed_by_its_tool(serving)
 
-    store = await SQLiteStore.open(db)
+    store = await crash_db.open()
     state = await store.load(KEY)
     await store.close()
     retry = state.turns["poison.retry"]
@@ -126,20 +128,20 @@ async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(
     assert sorted(t.seq for t in state.turns.values()) == [1, 2, 3, 4]
 
 
-async def test_an_operator_drops_a_held_turn(tmp_path):
-    db = tmp_path / "poison.db"
+async def test_an_operator_drops_a_held_turn(tmp_path, crash_db):
+    db = crash_db.where
     with start_children(ChildProcess, CHILD, tmp_path) as start:
         killed_by_its_tool(start("start", [db, "start"]))
         for n in (1, 2):
             killed_by_its_tool(start(f"recover{n}", [db, "recover"]))
         start("recover3", [db, "recover"]).finish()
 
-    env = {"DATABASE_URL": f"sqlite:///{db}"}
+    env = {"DATABASE_URL": crash_db.url}
     dropped = run_bot("turns", "--held", "--drop", "poison", env=env)
     assert dropped.returncode == 0, dropped.stderr
     assert "dropped" in dropped.stdout
     assert run_bot("turns", "--held", env=env).stdout.strip() == "No held turns."
-    store = await SQLiteStore.open(db)
+    store = await crash_db.open()
     assert (await store.load(KEY)).turns["poison"].status == "interrupted"
     await store.close()
 
@@ -156,35 +158,35 @@ def stopped_cleanly(process: ChildProcess) -> None:
     assert process.printed("STOPPED") == [""], process.explain()
 
 
-async def long_turn(db: Path) -> tuple[str, int]:
-    store = await SQLiteStore.open(db)
+async def long_turn(db: CrashDatabase) -> tuple[str, int]:
+    store = await db.open()
     record = (await store.load(LONG)).turns["long"]
     await store.close()
     return record.status, record.runs
 
 
-async def test_a_turn_stopped_cleanly_three_times_is_not_held_and_completes(tmp_path):
+async def test_a_turn_stopped_cleanly_three_times_is_not_held_and_completes(tmp_path, crash_db):
     # three deploys in the middle of one long turn are no deaths of the process
-    db = tmp_path / "stop.db"
+    db = crash_db.where
     with start_children(ChildProcess, STOP_CHILD, tmp_path) as start:
         stopped_cleanly(start("start", [db, "hang", "start"]))
-        assert await long_turn(db) == ("running", 0)  # the stopped run is not counted
+        assert await long_turn(crash_db) == ("running", 0)  # the stopped run is not counted
         for n in (1, 2):
             stopped_cleanly(start(f"recover{n}", [db, "hang"]))
-            assert await long_turn(db) == ("running", 0)
+            assert await long_turn(crash_db) == ("running", 0)
         done = start("recover3", [db, "finish"])
         done.finish()
 
     assert done.printed("RESULT ") == ["completed"], done.explain()
-    assert await long_turn(db) == ("completed", 1)
+    assert await long_turn(crash_db) == ("completed", 1)
 
 
-async def test_a_clean_stop_between_deaths_neither_counts_nor_forgives_them(tmp_path):
-    db = tmp_path / "stop.db"
+async def test_a_clean_stop_between_deaths_neither_counts_nor_forgives_them(tmp_path, crash_db):
+    db = crash_db.where
     with start_children(ChildProcess, STOP_CHILD, tmp_path) as start:
         killed_by_its_tool(start("start", [db, "kill", "start"]))
         stopped_cleanly(start("stopped", [db, "hang"]))
-        assert await long_turn(db) == ("running", 1)  # the death stays counted
+        assert await long_turn(crash_db) == ("running", 1)  # the death stays counted
         for n in (1, 2):
             killed_by_its_tool(start(f"recover{n}", [db, "kill"]))
         held = start("held", [db, "finish"])

@@ -3,7 +3,8 @@
 The kill points are deterministic: the fake Slack kills the bot's process from
 inside the call it names, after (or before) applying it and before answering,
 so the bot dies with that call made and its answer never read. Where the turn
-must be done first, the fake holds the call until the store says it is.
+must be done first, the fake holds the call until the store says it is. Each
+test runs on a SQLite file and again on PostgreSQL (``crash_db``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent import SQLiteStore
 from agent.core.records import SessionKey
 from bot.texts import SUPERSEDED
+from tests.agent.crash_db import CrashDatabase
 from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack, until
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply, Response
 from tests.fakes.slack_api import FakeSlack, Message
@@ -44,12 +44,12 @@ async def one_whole_reply(slack: FakeSlack, ts: str) -> list[Message]:
     return slack.replies(slack.channel_id, ts)
 
 
-async def turn_completed(db: Path, slack: FakeSlack, ts: str) -> None:
+async def turn_completed(db: CrashDatabase, slack: FakeSlack, ts: str) -> None:
     key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{ts}")
     turn_id = f"{slack.team_id}:{slack.channel_id}:{ts}"
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        store = await SQLiteStore.open(db)
+        store = await db.open()
         try:
             record = (await store.load(key)).turns.get(turn_id)
         finally:
@@ -72,11 +72,15 @@ async def turn_completed(db: Path, slack: FakeSlack, ts: str) -> None:
     ids=["admitted", "opening", "opened-unsaved", "streamed", "finished"],
 )
 async def test_a_bot_killed_at_each_point_of_a_reply_shows_it_once_at_its_next_start(
-    slack: FakeSlack, launch: Launch, method: str, applied: bool
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase, method: str, applied: bool
 ):
     async with FakeAnthropic() as api:
         api.queue(Reply.text(FULL), Reply.text(FULL))
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         slack.on_call(method, killing(first.proc), applied=applied)  # type: ignore[arg-type]
         ts, envelope = mention(slack, "when is the deploy?")
@@ -90,17 +94,21 @@ async def test_a_bot_killed_at_each_point_of_a_reply_shows_it_once_at_its_next_s
 
 
 async def test_a_bot_killed_after_its_turn_ended_but_before_the_reply_existed_shows_it(
-    slack: FakeSlack, launch: Launch, tmp_path: Path
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
     async with FakeAnthropic() as api:
         api.queue(Reply.text(FULL))
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         held = slack.hold_next("chat.startStream")
         slack.on_call("chat.startStream", killing(first.proc), applied=False)  # type: ignore[arg-type]
         ts, envelope = mention(slack, "when is the deploy?")
         await post_signed(first.port, envelope)
-        await turn_completed(tmp_path / "bot.db", slack, ts)
+        await turn_completed(crash_db, slack, ts)
         held.set()
         assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
         assert slack.replies(slack.channel_id, ts) == []
@@ -113,13 +121,17 @@ async def test_a_bot_killed_after_its_turn_ended_but_before_the_reply_existed_sh
 
 
 async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_loses_nothing(
-    slack: FakeSlack, launch: Launch, tmp_path: Path
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
     # Slack never sends an acknowledged event again: a bot that acked first and
     # admitted after could die in between and lose the question for good
     async with FakeAnthropic() as api:
         api.queue(Reply.text(FULL))
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         held = slack.hold_next("chat.startStream")  # the reply waits: admission is under test
         ts, envelope = mention(slack, "when is the deploy?")
@@ -128,7 +140,7 @@ async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_l
         assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
 
         key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{ts}")
-        store = await SQLiteStore.open(tmp_path / "bot.db")
+        store = await crash_db.open()
         try:
             admitted = (await store.load(key)).turns.get(f"{slack.team_id}:{slack.channel_id}:{ts}")
         finally:
@@ -143,7 +155,7 @@ async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_l
 
 
 async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_its_neighbour(
-    slack: FakeSlack, launch: Launch
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
     # Slack tags a stream only when it stops. Here a superseded reply was opening its
     # closing note's stream when the bot died, and the newer turn of the thread had no
@@ -159,7 +171,11 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         return Reply.text(FULL)
 
     async with FakeAnthropic(claude_says) as api:
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         alive.append(first.proc)
 
@@ -170,8 +186,13 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         root, envelope = mention(slack, "when is the deploy?")
         await post_signed(first.port, envelope)
         await until(lambda: len(api.requests) == 1, "the first question is with Claude")
+        # The note waits until the newer message is acknowledged, so the bot dies where
+        # this test says on every store: on PostgreSQL the superseded turn's own ending
+        # may commit, and its note open, before the newer message's ack leaves.
+        note = slack.hold_next("chat.startStream")
         newer, envelope = mention(slack, "and the freeze?", thread_ts=root)
-        await post_signed(first.port, envelope)
+        assert await post_signed(first.port, envelope) == 200
+        note.set()
         assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
         [orphan] = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
         assert (orphan.stream, orphan.metadata) == ("streaming", None)

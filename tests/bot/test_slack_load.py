@@ -5,12 +5,12 @@ that supersede a slow answer, posts to approve or deny. The fake Slack drops
 connections (before and after applying), rate limits, answers slowly and ends open
 streams early (then ``message_not_in_streaming_state``); after each wave but the
 last, the bot is killed by SIGKILL from inside a Slack call chosen by a seeded
-random draw, and started again on the same database. Events
-are redelivered until acknowledged and clicks made again if the process that
-took them died, as Slack and a person would. At the end, stopped cleanly, the
-invariants hold: each thread's latest turn shows its reply once, no message
-carries the same tag twice, each approved post is made once (a denied one
-never), and no turn is left unfinished, waiting or held.
+random draw, and started again on the same database (a SQLite file, and again
+PostgreSQL). Events are redelivered until acknowledged and clicks made again if
+the process that took them died, as Slack and a person would. At the end,
+stopped cleanly, the invariants hold: each thread's latest turn shows its reply
+once, no message carries the same tag twice, each approved post is made once (a
+denied one never), and no turn is left unfinished, waiting or held.
 
 A kill may land at any moment, an event's delivery included: an event is acknowledged
 only once its turn is admitted, so one whose answer the kill cut off is sent again and
@@ -31,13 +31,14 @@ import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from agent import SQLiteStore
 from agent.core.records import SessionKey
+from agent.stores.postgres import PostgresStore
+from tests.agent.crash_db import CrashDatabase
 from tests.bot.test_slack_crash_points import launch, slack
 from tests.bot.test_slack_process import Launch, Running, post_click, post_signed, until
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -87,12 +88,15 @@ class Thread:
         return f"{'hello' if self.kind == 'hello' else 'again'} {self.number}{FILLER}"
 
 
+Store = SQLiteStore | PostgresStore
+
+
 @dataclass
 class Bot:
     """The bot process of the moment, and what a kill must wait for."""
 
     slack: FakeSlack
-    db: Path
+    db: CrashDatabase
     proc: asyncio.subprocess.Process | None = None
     port: int = 0
     generation: int = 0
@@ -130,12 +134,12 @@ def envelope(slack: FakeSlack, text: str, ts: str, thread_ts: str | None) -> dic
     }
 
 
-async def turn_of(store: SQLiteStore, slack: FakeSlack, thread: Thread, ts: str) -> Any:
+async def turn_of(store: Store, slack: FakeSlack, thread: Thread, ts: str) -> Any:
     key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{thread.root}")
     return (await store.load(key)).turns.get(f"{slack.team_id}:{slack.channel_id}:{ts}")
 
 
-async def say(bot: Bot, store: SQLiteStore, thread: Thread, text: str) -> None:
+async def say(bot: Bot, store: Store, thread: Thread, text: str) -> None:
     """A person's message in the thread, delivered until acknowledged (so admitted)."""
     slack = bot.slack
     in_thread = thread.root or None
@@ -155,7 +159,7 @@ def card_in(slack: FakeSlack, thread: Thread) -> Message | None:
     return cards[0] if cards else None
 
 
-async def decide(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
+async def decide(bot: Bot, store: Store, thread: Thread) -> None:
     """Click Approve (or Deny) on the thread's card; again if the process that took it died."""
     slack = bot.slack
     await until(lambda: card_in(slack, thread), f"a card in thread {thread.number}", wait=WAIT)
@@ -175,7 +179,7 @@ async def decide(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
         await until(settled_or_lost, f"the click in thread {thread.number} taken", wait=WAIT)
 
 
-async def run_thread(bot: Bot, store: SQLiteStore, thread: Thread) -> None:
+async def run_thread(bot: Bot, store: Store, thread: Thread) -> None:
     await say(bot, store, thread, f"{thread.kind} {thread.number}")
     if thread.kind == "again":  # while the first answer streams: it is superseded
         await say(bot, store, thread, f"again {thread.number}")
@@ -199,22 +203,26 @@ def add_faults(slack: FakeSlack, rng: random.Random) -> None:
     asyncio.get_running_loop().call_later(rng.uniform(0.05, 0.8), slack.expire_streams)
 
 
-async def unfinished(store: SQLiteStore) -> set[str]:
+async def unfinished(store: Store) -> set[str]:
     return {record.turn_id for _, record in await store.unfinished_turns()}
 
 
 async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_once(
-    slack: FakeSlack, launch: Launch, tmp_path: Path
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
     rng = random.Random(SEED)
     kinds = KINDS[:]
     rng.shuffle(kinds)
     threads = [Thread(n, kind) for n, kind in enumerate(kinds)]
     slack.add_channel("C0RANDOM", members=[slack.user_id])
-    bot = Bot(slack, tmp_path / "bot.db")
+    bot = Bot(slack, crash_db)
     runs: list[Running] = []
     async with FakeAnthropic(answer) as api:
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
 
         async def start() -> None:
             running = await launch(**claude)
@@ -223,7 +231,7 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             bot.up.set()
 
         await start()
-        store = await SQLiteStore.open(bot.db)
+        store = await bot.db.open()
         try:
             tasks: list[asyncio.Task[None]] = []
             waves = [threads[w :: KILLS + 1] for w in range(KILLS + 1)]
@@ -262,7 +270,7 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
             await store.close()
 
 
-async def _none_of(owed: set[str] | None, store: SQLiteStore) -> bool:
+async def _none_of(owed: set[str] | None, store: Store) -> bool:
     left = await unfinished(store)
     return not (left if owed is None else left & owed)
 
@@ -320,7 +328,7 @@ def _all_shown(slack: FakeSlack, threads: list[Thread]) -> bool:
     return True
 
 
-async def check_invariants(slack: FakeSlack, store: SQLiteStore, threads: list[Thread]) -> None:
+async def check_invariants(slack: FakeSlack, store: Store, threads: list[Thread]) -> None:
     ours = [m for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id]
     assert [m for m in ours if m.stream == "streaming"] == []
     tags = [json.dumps(m.metadata, sort_keys=True) for m in ours if m.metadata is not None]

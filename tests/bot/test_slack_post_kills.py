@@ -4,7 +4,7 @@ The real ``python -m bot`` process is killed from inside the Slack call named
 (`FakeSlack.on_call`), before or after Slack applies it, so it dies with the
 call made or not and its answer never read. A new process on the same database
 then takes the turn up. Whatever the point: one card, one post, the turn
-completed, and its reply shown once.
+completed, and its reply shown once; on a SQLite file and again on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 import json
 import signal
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.agent.crash_db import CrashDatabase
 from tests.bot.slack_harness import approval_in
 from tests.bot.test_slack_crash_points import killing, launch, slack, turn_completed
 from tests.bot.test_slack_process import (
@@ -85,12 +85,16 @@ async def click_as_it_dies(port: int, card: Message, slack: FakeSlack) -> None:
 
 @pytest.mark.parametrize("applied", [False, True], ids=["before-the-card", "card-unread"])
 async def test_a_bot_killed_posting_an_approval_card_shows_it_once_at_its_next_start(
-    slack: FakeSlack, launch: Launch, tmp_path: Path, applied: bool
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase, applied: bool
 ):
     slack.add_channel("C0RANDOM", members=[slack.user_id])
     async with FakeAnthropic() as api:
         api.queue(*POSTING)
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         kill_when(slack, "chat.postMessage", first.proc, applied, "turnbot_ask")
         ts, envelope = mention(slack, ASKED)
@@ -106,19 +110,23 @@ async def test_a_bot_killed_posting_an_approval_card_shows_it_once_at_its_next_s
         )
 
         await last_reply_becomes(slack, ts, POSTED)
-        await turn_completed(tmp_path / "bot.db", slack, ts)
+        await turn_completed(crash_db, slack, ts)
         check_done_once(slack, ts)
         assert len(api.requests) == 2
 
 
 @pytest.mark.parametrize("applied", [False, True], ids=["before-the-post", "post-unread"])
 async def test_a_bot_killed_making_an_approved_post_makes_it_once_at_its_next_start(
-    slack: FakeSlack, launch: Launch, tmp_path: Path, applied: bool
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase, applied: bool
 ):
     slack.add_channel("C0RANDOM", members=[slack.user_id])
     async with FakeAnthropic() as api:
         api.queue(*POSTING)
-        claude = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url}
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
         first = await launch(**claude)
         ts, envelope = mention(slack, ASKED)
         await post_signed(first.port, envelope)
@@ -132,6 +140,6 @@ async def test_a_bot_killed_making_an_approved_post_makes_it_once_at_its_next_st
         await launch(**claude)
 
         await last_reply_becomes(slack, ts, POSTED)
-        await turn_completed(tmp_path / "bot.db", slack, ts)
+        await turn_completed(crash_db, slack, ts)
         check_done_once(slack, ts)
         assert len(api.requests) == 2
