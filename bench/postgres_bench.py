@@ -45,8 +45,9 @@ How to read it
     ``vs raw`` is a cell's steps/s over its store's raw commits/s, and its p50
     step over the raw commit's p50, each the median over rounds of the ratio
     within one round. The ratios below the table compare stores and replica
-    counts the same way. ``CPU`` is the cores the cell's replica processes used
-    in the window (the server's own processes are not in it); ``WAL/step`` is
+    counts the same way. ``CPU cores`` are what the cell's replica processes
+    (``engine``) and the server's processes (``pg``: the postmaster and its
+    children, from /proc) used in the window; ``WAL/step`` is
     the PostgreSQL WAL written per step, everything of a turn included (its
     opening, its lease). Nothing is a target: the exit status is 0 whatever the
     figures, unless a turn failed or a local tool's rows do not match the turns.
@@ -172,6 +173,9 @@ class Cell:
     latencies: list[float] = field(default_factory=list)
     """Every step timed in every round, in seconds."""
     cores: list[float] = field(default_factory=list)
+    """CPU cores the cell's replica processes used in the window, one per round."""
+    server_cores: list[float] = field(default_factory=list)
+    """CPU cores the PostgreSQL server's processes used in the window, one per round."""
     wal_per_step: list[float] = field(default_factory=list)
     turns: int = 0
     """Turns completed in every run of the cell, warm-up included."""
@@ -201,13 +205,44 @@ def split(sessions: int, replicas: int) -> list[int]:
     return [sessions // replicas + (i < sessions % replicas) for i in range(replicas)]
 
 
-def wal_lsn(admin: psycopg.Connection[Any] | None) -> int:
-    """The server's current WAL position in bytes (0 without a connection)."""
-    if admin is None:
-        return 0
-    row = admin.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-    assert row is not None
-    return int(row[0])
+class ServerProbe:
+    """What the PostgreSQL server did during a cell: WAL written, CPU used by its processes."""
+
+    def __init__(self, admin: psycopg.Connection[Any], data_dir: Path) -> None:
+        self._admin = admin
+        self._postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def wal_bytes(self) -> int:
+        """The server's current WAL position, in bytes."""
+        row = self._admin.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU seconds of the postmaster and its children (the backends)."""
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:  # gone meanwhile
+                continue
+            pid = int(text.split(" ", 1)[0])
+            fields = text.rsplit(")", 1)[
+                1
+            ].split()  # after the command's name, which may hold spaces
+            if pid == self._postmaster or int(fields[1]) == self._postmaster:
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / self._tick
+
+
+async def _server_cpu(
+    probe: ServerProbe, opens: float, closes: float, into: list[float], duration: float
+) -> None:
+    await asyncio.sleep(max(0.0, opens - time.monotonic()))
+    before = probe.cpu_seconds()
+    await asyncio.sleep(max(0.0, closes - time.monotonic()))
+    into.append((probe.cpu_seconds() - before) / duration)
 
 
 async def run_cell(
@@ -215,14 +250,14 @@ async def run_cell(
     tag: str,
     *,
     args: argparse.Namespace,
-    admin: psycopg.Connection[Any] | None,
+    probe: ServerProbe | None,
     warmup: bool = False,
 ) -> None:
     """One run of ``cell``, its sessions named after ``tag``; a warm-up's is not recorded."""
     duration = args.warmup if warmup else args.duration
     ramp = 0.0 if warmup else args.ramp
     start = time.monotonic() + START_LEAD
-    wal_before = wal_lsn(admin)
+    wal_before = probe.wal_bytes() if probe else 0
     parts = split(cell.sessions, len(cell.replicas))
     active = [(replica, n) for replica, n in zip(cell.replicas, parts, strict=True) if n]
     for i, (replica, n) in enumerate(active):
@@ -230,9 +265,13 @@ async def run_cell(
             {"op": "run", "tag": f"{tag}-r{i}", "sessions": n, "start": start, "ramp": ramp}
             | {"duration": duration}
         )
+    server_cpu: list[float] = []
     async with asyncio.timeout(START_LEAD + ramp + duration + 120):
+        if probe is not None:
+            opens = start + ramp
+            await _server_cpu(probe, opens, opens + duration, server_cpu, duration)
         runs = [await replica.answer() for replica, _ in active]
-    wal = wal_lsn(admin) - wal_before
+    wal = probe.wal_bytes() - wal_before if probe else 0
     turns = sum(run["turns_run"] for run in runs)
     cell.turns += turns
     cell.failures += [failure for run in runs for failure in run["failures"]]
@@ -243,7 +282,8 @@ async def run_cell(
     cell.p50s.append(percentile(latencies, 50))
     cell.latencies += latencies
     cell.cores.append(sum(run["cpu"] for run in runs) / duration)
-    if admin is not None and turns:
+    cell.server_cores += server_cpu
+    if probe is not None and turns:
         cell.wal_per_step.append(wal / (turns * STEPS_PER_TURN))
 
 
@@ -331,7 +371,8 @@ async def measure(args: argparse.Namespace, server: PostgresServer, folder: Path
         cells += [Cell("PostgreSQL", pg_many, n) for n in args.sessions if n > 1]
         raws = [Raw("SQLite"), Raw("PostgreSQL")]
         results = Results(cells, raws, _server_settings(admin))
-        await _rounds(args, results, admin, raw_sqlite, raw_postgres)
+        probe = ServerProbe(admin, server.data_dir)
+        await _rounds(args, results, probe, raw_sqlite, raw_postgres)
     finally:
         await asyncio.gather(*(replica.quit() for replica in replicas))
         raw_sqlite.close()
@@ -348,7 +389,7 @@ async def measure(args: argparse.Namespace, server: PostgresServer, folder: Path
 async def _rounds(
     args: argparse.Namespace,
     results: Results,
-    admin: psycopg.Connection[Any],
+    probe: ServerProbe,
     raw_sqlite: RawCommit,
     raw_postgres: RawPostgres,
 ) -> None:
@@ -359,11 +400,11 @@ async def _rounds(
         raw_postgres.timed()
     jobs: list[tuple[str, Callable[[str], Awaitable[None]]]] = []
     for i, cell in enumerate(results.cells):
-        cell_admin = _admin_for(cell, admin)
+        cell_probe = probe if cell.store == "PostgreSQL" else None
         if args.warmup > 0:
-            await run_cell(cell, f"warm-{i}", args=args, admin=cell_admin, warmup=True)
+            await run_cell(cell, f"warm-{i}", args=args, probe=cell_probe, warmup=True)
         progress.show("warm-up", i + 1, len(results.cells))
-        jobs.append((f"{cell.label} x {cell.sessions}", _cell_job(cell, i, args, cell_admin)))
+        jobs.append((f"{cell.label} x {cell.sessions}", _cell_job(cell, i, args, cell_probe)))
     sqlite_raw, postgres_raw = results.raws
     jobs.append(("raw commit SQLite", functools.partial(_raw_job, sqlite_raw, raw_sqlite, args)))
     jobs.append(
@@ -380,10 +421,10 @@ async def _rounds(
 
 
 def _cell_job(
-    cell: Cell, index: int, args: argparse.Namespace, admin: psycopg.Connection[Any] | None
+    cell: Cell, index: int, args: argparse.Namespace, probe: ServerProbe | None
 ) -> Callable[[str], Awaitable[None]]:
     async def job(tag: str) -> None:
-        await run_cell(cell, f"{tag}-{index}", args=args, admin=admin)
+        await run_cell(cell, f"{tag}-{index}", args=args, probe=probe)
 
     return job
 
@@ -392,10 +433,6 @@ async def _raw_job(
     raw: Raw, commit: RawCommit | RawPostgres, args: argparse.Namespace, _tag: str
 ) -> None:
     run_raw(raw, commit, args.duration)  # blocking, on purpose: nothing else runs meanwhile
-
-
-def _admin_for(cell: Cell, admin: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
-    return admin if cell.store == "PostgreSQL" else None
 
 
 # -- the report ------------------------------------------------------------------
@@ -424,26 +461,29 @@ def _spread(values: Sequence[float]) -> tuple[float, float, float]:
 def _row(label: str, sessions: int, rates: Sequence[float], latencies: Sequence[float]) -> str:
     low, mid, high = _spread(rates)
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
-    return f"  {label:<24}{sessions:>8}{low:>9,.0f}{mid:>9,.0f}{high:>9,.0f}{p50:>9.2f}{p99:>9.2f}"
+    return f"  {label:<22}{sessions:>6}{low:>9,.0f}{mid:>9,.0f}{high:>9,.0f}{p50:>7.2f}{p99:>7.2f}"
+
+
+def _median(values: Sequence[float], fmt: str) -> str:
+    return format(statistics.median(values), fmt) if values else "-"
 
 
 def _table(results: Results) -> list[str]:
     raws = {raw.store: raw for raw in results.raws}
     lines = [
-        f"  {'':<24}{'':>8}{'steps/s (raws: commits/s)':>27}{'step ms':>18}"
-        f"{'':>7}{'':>10}{'vs raw':>16}",
-        f"  {'cell':<24}{'sessions':>8}{'min':>9}{'median':>9}{'max':>9}{'p50':>9}{'p99':>9}"
-        f"{'CPU':>7}{'WAL/step':>10}{'steps/s':>9}{'p50':>7}",
+        f"  {'':<28}{'steps/s (raw: commits/s)':>27}{'step ms':>12}{'CPU cores':>13}"
+        f"{'':>10}{'vs raw':>13}",
+        f"  {'cell':<22}{'sess.':>6}{'min':>9}{'median':>9}{'max':>9}{'p50':>7}{'p99':>7}"
+        f"{'engine':>7}{'pg':>6}{'WAL/step':>10}{'steps/s':>9}{'p50':>7}",
     ]
     for raw in results.raws:
         lines.append(_row(f"raw commit {raw.store}", 1, raw.rates, raw.latencies))
     for cell in results.cells:
         raw = raws[cell.store]
-        cores = statistics.median(cell.cores) if cell.cores else float("nan")
-        wal = f"{statistics.median(cell.wal_per_step):,.0f} B" if cell.wal_per_step else "-"
+        wal = f"{_median(cell.wal_per_step, ',.0f')} B" if cell.wal_per_step else "-"
         lines.append(
             _row(cell.label, cell.sessions, cell.rates, cell.latencies)
-            + f"{cores:>7.2f}{wal:>10}"
+            + f"{_median(cell.cores, '.2f'):>7}{_median(cell.server_cores, '.2f'):>6}{wal:>10}"
             + f"{ratio(cell.rates, raw.rates):>8.2f}x{ratio(cell.p50s, raw.p50s):>6.2f}x"
         )
     return lines
@@ -501,9 +541,10 @@ def report(
         f"{seconds:.0f} s in all",
         "",
         *_table(results),
-        "    CPU: cores the cell's replica processes used (not the server's); WAL/step: bytes of",
-        "    PostgreSQL WAL per step, the turn's opening and lease included; vs raw: over the",
-        "    same store's raw commit (BEGIN; 2 x 1 KB INSERT; COMMIT; 1 connection, serial)",
+        "    CPU cores in the window: engine, the replica processes; pg, the server's processes",
+        "    WAL/step: bytes of PostgreSQL WAL per step, the turn's opening and lease included",
+        "    vs raw: over the same store's raw commit (BEGIN; 2 x 1 KB INSERT; COMMIT; one",
+        "    connection, serial, in the bench process)",
         "",
         *_ratios(results, args.sessions),
         "  (each the median over rounds of the ratio within one round)",
