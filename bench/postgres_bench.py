@@ -81,7 +81,7 @@ from tests.postgres_server import PostgresServer, find_binaries
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = 3
-START_LEAD = 0.2
+START_LEAD = 0.05
 """Seconds between sending a cell's command and its start, so every replica has it."""
 READY_TIMEOUT = 120.0
 
@@ -394,10 +394,11 @@ async def _rounds(
     raw_postgres: RawPostgres,
 ) -> None:
     progress = Progress()
-    for _ in range(RAW_WARMUP):  # until the WAL has wrapped (see bench.turn_bench)
-        raw_sqlite.timed()
-    for _ in range(RAW_WARMUP // 5):
-        raw_postgres.timed()
+    if args.warmup > 0:
+        for _ in range(RAW_WARMUP):  # until the WAL has wrapped (see bench.turn_bench)
+            raw_sqlite.timed()
+        for _ in range(RAW_WARMUP // 5):
+            raw_postgres.timed()
     jobs: list[tuple[str, Callable[[str], Awaitable[None]]]] = []
     for i, cell in enumerate(results.cells):
         cell_probe = probe if cell.store == "PostgreSQL" else None
@@ -598,7 +599,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ramp", type=float, default=0.5, help="untimed seconds before each window (0.5)"
     )
     parser.add_argument(
-        "--warmup", type=float, default=1.0, help="seconds of each cell's warm-up run (1; 0: none)"
+        "--warmup",
+        type=float,
+        default=1.0,
+        help="seconds of each cell's warm-up run (1; 0: no warm-up, raw commits' neither)",
     )
     parser.add_argument(
         "--sessions",
