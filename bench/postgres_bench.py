@@ -46,8 +46,9 @@ How to read it
     step over the raw commit's p50, each the median over rounds of the ratio
     within one round. The ratios below the table compare stores and replica
     counts the same way. ``CPU cores`` are what the cell's replica processes
-    (``engine``) and the server's processes (``pg``: the postmaster and its
-    children, from /proc) used in the window; ``WAL/step`` is
+    (``engine``), the server's processes (``pg``: the postmaster and its
+    children, from /proc) and the whole machine (``all``, busy in /proc/stat:
+    kernel and the bench process included) used in the window; ``WAL/step`` is
     the PostgreSQL WAL written per step, everything of a turn included (its
     opening, its lease). Nothing is a target: the exit status is 0 whatever the
     figures, unless a turn failed or a local tool's rows do not match the turns.
@@ -176,6 +177,8 @@ class Cell:
     """CPU cores the cell's replica processes used in the window, one per round."""
     server_cores: list[float] = field(default_factory=list)
     """CPU cores the PostgreSQL server's processes used in the window, one per round."""
+    machine_cores: list[float] = field(default_factory=list)
+    """CPU cores the whole machine was busy in the window (from /proc/stat), one per round."""
     wal_per_step: list[float] = field(default_factory=list)
     turns: int = 0
     """Turns completed in every run of the cell, warm-up included."""
@@ -236,13 +239,22 @@ class ServerProbe:
         return ticks / self._tick
 
 
-async def _server_cpu(
-    probe: ServerProbe, opens: float, closes: float, into: list[float], duration: float
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (not idle, not waiting on I/O) since boot."""
+    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle, iowait = fields[3], fields[4]
+    return (sum(fields[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")
+
+
+async def _cpu_in_window(
+    probe: ServerProbe | None, opens: float, closes: float, cell: Cell, duration: float
 ) -> None:
     await asyncio.sleep(max(0.0, opens - time.monotonic()))
-    before = probe.cpu_seconds()
+    machine, server = machine_busy_seconds(), probe.cpu_seconds() if probe else 0.0
     await asyncio.sleep(max(0.0, closes - time.monotonic()))
-    into.append((probe.cpu_seconds() - before) / duration)
+    cell.machine_cores.append((machine_busy_seconds() - machine) / duration)
+    if probe is not None:
+        cell.server_cores.append((probe.cpu_seconds() - server) / duration)
 
 
 async def run_cell(
@@ -265,11 +277,10 @@ async def run_cell(
             {"op": "run", "tag": f"{tag}-r{i}", "sessions": n, "start": start, "ramp": ramp}
             | {"duration": duration}
         )
-    server_cpu: list[float] = []
     async with asyncio.timeout(START_LEAD + ramp + duration + 120):
-        if probe is not None:
+        if not warmup:
             opens = start + ramp
-            await _server_cpu(probe, opens, opens + duration, server_cpu, duration)
+            await _cpu_in_window(probe, opens, opens + duration, cell, duration)
         runs = [await replica.answer() for replica, _ in active]
     wal = probe.wal_bytes() - wal_before if probe else 0
     turns = sum(run["turns_run"] for run in runs)
@@ -282,7 +293,6 @@ async def run_cell(
     cell.p50s.append(percentile(latencies, 50))
     cell.latencies += latencies
     cell.cores.append(sum(run["cpu"] for run in runs) / duration)
-    cell.server_cores += server_cpu
     if probe is not None and turns:
         cell.wal_per_step.append(wal / (turns * STEPS_PER_TURN))
 
@@ -469,13 +479,17 @@ def _median(values: Sequence[float], fmt: str) -> str:
     return format(statistics.median(values), fmt) if values else "-"
 
 
+def _times(value: float) -> str:
+    return f"{value:.0f}x" if value >= 100 else f"{value:.2f}x"
+
+
 def _table(results: Results) -> list[str]:
     raws = {raw.store: raw for raw in results.raws}
     lines = [
-        f"  {'':<28}{'steps/s (raw: commits/s)':>27}{'step ms':>12}{'CPU cores':>13}"
-        f"{'':>10}{'vs raw':>13}",
+        f"  {'':<28}{'steps/s (raw: commits/s)':>27}{'step ms':>12}{'CPU cores':>16}"
+        f"{'':>10}{'vs raw':>14}",
         f"  {'cell':<22}{'sess.':>6}{'min':>9}{'median':>9}{'max':>9}{'p50':>7}{'p99':>7}"
-        f"{'engine':>7}{'pg':>6}{'WAL/step':>10}{'steps/s':>9}{'p50':>7}",
+        f"{'engine':>7}{'pg':>6}{'all':>6}{'WAL/step':>10}{'steps/s':>9}{'p50':>8}",
     ]
     for raw in results.raws:
         lines.append(_row(f"raw commit {raw.store}", 1, raw.rates, raw.latencies))
@@ -484,8 +498,9 @@ def _table(results: Results) -> list[str]:
         wal = f"{_median(cell.wal_per_step, ',.0f')} B" if cell.wal_per_step else "-"
         lines.append(
             _row(cell.label, cell.sessions, cell.rates, cell.latencies)
-            + f"{_median(cell.cores, '.2f'):>7}{_median(cell.server_cores, '.2f'):>6}{wal:>10}"
-            + f"{ratio(cell.rates, raw.rates):>8.2f}x{ratio(cell.p50s, raw.p50s):>6.2f}x"
+            + f"{_median(cell.cores, '.2f'):>7}{_median(cell.server_cores, '.2f'):>6}"
+            + f"{_median(cell.machine_cores, '.2f'):>6}{wal:>10}"
+            + f"{_times(ratio(cell.rates, raw.rates)):>9}{_times(ratio(cell.p50s, raw.p50s)):>8}"
         )
     return lines
 
@@ -542,7 +557,8 @@ def report(
         f"{seconds:.0f} s in all",
         "",
         *_table(results),
-        "    CPU cores in the window: engine, the replica processes; pg, the server's processes",
+        "    CPU cores in the window: engine, the replica processes; pg, the server's processes;",
+        "    all, the whole machine busy (/proc/stat: not idle, not waiting on I/O)",
         "    WAL/step: bytes of PostgreSQL WAL per step, the turn's opening and lease included",
         "    vs raw: over the same store's raw commit (BEGIN; 2 x 1 KB INSERT; COMMIT; one",
         "    connection, serial, in the bench process)",
