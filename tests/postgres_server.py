@@ -3,9 +3,11 @@
 One server per test run (about a second to start): `initdb` into a folder under
 /tmp (the ``postgres`` user cannot reach pytest's ``tmp_path``, which is root's
 alone), `pg_ctl start` on 127.0.0.1 with durability off, since no test needs
-the data to survive a power loss, and `pg_ctl stop` at the end. Postgres
-refuses to run as root, so as root each command runs as the ``postgres`` user.
-Each test gets a schema of its own, named in the URL's ``search_path``.
+the data to survive a power loss, and `pg_ctl stop` at the end. A benchmark
+asks for ``durable=True``: the server's defaults (fsync, synchronous commit and
+full-page writes on), so a commit waits for its WAL flush. Postgres refuses
+to run as root, so as root each command runs as the ``postgres`` user. Each
+test gets a schema of its own, named in the URL's ``search_path``.
 
 Without the binaries the tests that need a server skip, except in CI
 (``CI`` set), where they fail: CI cannot go green by skipping them.
@@ -46,8 +48,10 @@ def _free_port() -> int:
 class PostgresServer:
     """One running server; `url` names a fresh schema of it."""
 
-    def __init__(self, binaries: Path) -> None:
+    def __init__(self, binaries: Path, *, durable: bool = False) -> None:
         self._bin = binaries
+        self.durable = durable
+        """Whether commits are flushed to disk (PostgreSQL's defaults) or not (fsync off)."""
         self._folder = Path(tempfile.mkdtemp(prefix="pg-tests-", dir="/tmp"))
         self._data = self._folder / "data"
         self.port = _free_port()
@@ -70,11 +74,12 @@ class PostgresServer:
             "initdb", "-D", str(self._data), "-U", "postgres", "--auth=trust",
             "-E", "UTF8", "--locale=C.UTF-8", "-N",
         )  # fmt: skip
-        options = (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self._folder}"
-            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            " -c max_connections=300"
-        )
+        # initdb -N skips syncing the fresh files only; the running server's own
+        # durability is what the options below leave on or turn off
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self._folder}"
+        options += " -c max_connections=300"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run(
             "pg_ctl", "-D", str(self._data), "-l", str(self._folder / "log"), "-w",
             "-o", options, "start",
@@ -84,6 +89,10 @@ class PostgresServer:
         with contextlib.suppress(RuntimeError):
             self._run("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self._folder, ignore_errors=True)
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data
 
     @property
     def admin_url(self) -> str:
