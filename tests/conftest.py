@@ -28,14 +28,29 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the whole run (see `tests.postgres_server`)."""
+def postgres_binaries() -> Path:
+    """Debian's PostgreSQL binaries: a test that needs them skips without, except in CI."""
     binaries = find_binaries()
     if binaries is None:
         if os.environ.get("CI"):
             pytest.fail("CI must run the PostgreSQL tests: install Debian's postgresql package")
         pytest.skip("no PostgreSQL binaries in /usr/lib/postgresql (apt-get install postgresql)")
-    server = PostgresServer(binaries)
+    return binaries
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres_binaries: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole run (see `tests.postgres_server`)."""
+    server = PostgresServer(postgres_binaries)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_postgres_server(postgres_binaries: Path) -> Iterator[PostgresServer]:
+    """A server of the test's own, to stop under a store or a bot (the run's stays up)."""
+    server = PostgresServer(postgres_binaries)
     server.start()
     yield server
     server.stop()

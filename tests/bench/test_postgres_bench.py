@@ -13,24 +13,12 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.postgres_server import find_binaries
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def binaries() -> Path:
-    found = find_binaries()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the PostgreSQL bench: install Debian's postgresql package")
-        pytest.skip("no PostgreSQL binaries in /usr/lib/postgresql (apt-get install postgresql)")
-    return found
-
-
-async def test_a_tiny_run_completes_every_cell_with_its_rows_written_once(binaries, tmp_path):
+async def test_a_tiny_run_completes_every_cell_with_its_rows_written_once(
+    postgres_binaries, tmp_path
+):
     figures = tmp_path / "figures.json"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.postgres_bench",

@@ -15,7 +15,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from tests.bot.test_slack_process import (
 from tests.bot.test_slack_schedules import clear_of_a_minute_boundary
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import FakeSlack, Message
-from tests.postgres_server import PostgresServer, find_binaries
+from tests.postgres_server import PostgresServer
 
 FINAL = "Noted: the deploy is at noon, and I will remember it."
 LEASE_SECONDS = 10.0
@@ -172,6 +172,14 @@ def bot_replies(slack: FakeSlack, ts: str) -> list[Message]:
     return [m for m in slack.replies(slack.channel_id, ts) if m.user != slack.user_id]
 
 
+async def reply_finished(slack: FakeSlack, ts: str) -> None:
+    """Wait until the thread holds the whole final answer, its stream stopped."""
+    await until(
+        lambda: any(m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)),
+        lambda: f"the reply never finished: {bot_replies(slack, ts)}",
+    )
+
+
 async def streaming(slack: FakeSlack, ts: str) -> Message:
     """The thread's reply once it is being streamed, with words in it."""
     found: list[Message] = []
@@ -209,12 +217,7 @@ async def test_a_replica_killed_mid_turn_is_taken_over_at_once_and_its_reply_pos
             killed = time.monotonic()
             await until(lambda: len(api.requests) == 3, "another replica asks the model again")
             taken_over_in = time.monotonic() - killed
-            await until(
-                lambda: any(
-                    m.text == FINAL and m.stream != "streaming" for m in bot_replies(slack, ts)
-                ),
-                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
-            )
+            await reply_finished(slack, ts)
 
     # taken over as soon as a sweep looked (every second): the dead one's lock was gone, where
     # its lease had another ten seconds to run
@@ -254,12 +257,7 @@ async def test_a_frozen_replica_loses_its_session_after_the_lease_and_writes_not
             await until(lambda: len(api.requests) == 3, "another replica takes the turn on")
             # alive to the database (its lock is held), it kept the session for its lease
             assert time.monotonic() - stopped >= 3.0 - 0.5
-            await until(
-                lambda: any(
-                    m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)
-                ),
-                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
-            )
+            await reply_finished(slack, ts)
             settled = rows(postgres_url, "SELECT idx, body FROM messages ORDER BY idx")
 
             frozen.proc.send_signal(signal.SIGCONT)
@@ -327,10 +325,7 @@ async def test_a_replica_starting_beside_a_live_one_leaves_its_replies_to_it(
         # a deploy adds a replica while the first is in the middle of the reply
         [second] = await replicas(1, **claude)
         go_on.set()
-        await until(
-            lambda: any(m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)),
-            lambda: f"the reply never finished: {bot_replies(slack, ts)}",
-        )
+        await reply_finished(slack, ts)
 
     assert [(m.ts, m.text) for m in bot_replies(slack, ts) if m.stream is not None] == [
         (stale.ts, FINAL)
@@ -426,31 +421,15 @@ async def test_a_slack_retry_that_reaches_other_replicas_is_still_one_turn_and_o
             assert len(set(proxy.sent_to[-3:])) == 3
             await asyncio.wait_for(api.hung.wait(), WAIT)
             go_on.set()
-            await until(
-                lambda: any(
-                    m.text == FINAL and m.stream == "stopped" for m in bot_replies(slack, ts)
-                ),
-                lambda: f"the reply never finished: {bot_replies(slack, ts)}",
-            )
+            await reply_finished(slack, ts)
 
     assert [m.text for m in bot_replies(slack, ts) if m.stream is not None] == [FINAL]
     assert rows(postgres_url, "SELECT count(*) FROM turns") == [(1,)]
     assert len(api.requests) == 1
 
 
-@pytest.fixture
-def own_server(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
-    """A server of this test's own, to stop under the bot (the run's server stays up)."""
-    binaries = find_binaries()
-    assert binaries is not None  # postgres_server would have skipped or failed otherwise
-    server = PostgresServer(binaries)
-    server.start()
-    yield server
-    server.stop()
-
-
 async def test_a_deploys_sigterm_with_the_database_gone_stops_the_bot_inside_herokus_grace(
-    slack: FakeSlack, tmp_path: Path, own_server: PostgresServer
+    slack: FakeSlack, tmp_path: Path, own_postgres_server: PostgresServer
 ):
     async with FakeAnthropic() as api:
         api.queue(Hang(Reply.text(FINAL), 5))
@@ -460,7 +439,7 @@ async def test_a_deploys_sigterm_with_the_database_gone_stops_the_bot_inside_her
             tmp_path,
             port,
             stderr=asyncio.subprocess.STDOUT,
-            DATABASE_URL=own_server.fresh_schema(),
+            DATABASE_URL=own_postgres_server.fresh_schema(),
             ANTHROPIC_API_KEY="test-key",
             ANTHROPIC_BASE_URL=api.base_url,
         )
@@ -470,7 +449,7 @@ async def test_a_deploys_sigterm_with_the_database_gone_stops_the_bot_inside_her
         assert await post_signed(port, envelope) == 200
         await asyncio.wait_for(api.hung.wait(), WAIT)  # a turn is running, its lease held
 
-        own_server.stop()  # the database goes away (a failover, an outage)
+        own_postgres_server.stop()  # the database goes away (a failover, an outage)
         proc.send_signal(signal.SIGTERM)
         # Heroku sends SIGKILL 30 s after SIGTERM: the bot is out long before
         assert await asyncio.wait_for(proc.wait(), 25) == 0

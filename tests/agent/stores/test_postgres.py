@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -20,7 +19,6 @@ from agent.errors import LeaseLostError, StoreError
 from agent.stores.postgres import PostgresStore
 from agent.stores.postgres._schema import MIGRATIONS
 from tests.agent.stores.rows import KEY, message, step
-from tests.postgres_server import PostgresServer, find_binaries
 
 WAIT = 10.0
 
@@ -140,24 +138,15 @@ async def test_a_closed_store_refuses_work(postgres_url):
         await store.load(SessionKey("a", "s9"))
 
 
-@pytest.fixture
-def own_server(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
-    """A server of this test's own, to stop under a store (the run's server stays up)."""
-    binaries = find_binaries()
-    assert binaries is not None  # postgres_server would have skipped or failed otherwise
-    server = PostgresServer(binaries)
-    server.start()
-    yield server
-    server.stop()
-
-
-async def test_a_store_whose_server_is_gone_closes_without_waiting_out_its_calls(own_server):
+async def test_a_store_whose_server_is_gone_closes_without_waiting_out_its_calls(
+    own_postgres_server,
+):
     # A deploy's SIGTERM with the database away: a call waiting for a connection would
     # hold the stop for its whole wait (30 s), past Heroku's grace before SIGKILL.
-    store = await PostgresStore.open(own_server.fresh_schema())
+    store = await PostgresStore.open(own_postgres_server.fresh_schema())
     log = EventLog(store, poll_seconds=30.0)
     await store.load(KEY)
-    own_server.stop()
+    own_postgres_server.stop()
     waiting = asyncio.ensure_future(store.load(SessionKey("a", "s2")))
     log.emit(
         ActionRequested(
