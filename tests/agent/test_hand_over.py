@@ -22,9 +22,12 @@ from agent import (
     ModelRequest,
     ResumeAuthorizationError,
     Suspended,
+    TurnInput,
+    UnknownTurnError,
 )
 from agent.core.model import ModelReply
 from agent.engine.lease import SessionLease, new_holder, retire
+from agent.engine.session._inbox import Inbox
 from agent.stores.postgres import PostgresStore
 from agent.testing import ScriptedModel, reply
 from tests.agent.child_process import DEADLINE_SECONDS
@@ -112,6 +115,32 @@ async def test_the_same_message_handed_over_by_two_replicas_is_one_turn(stores: 
     assert sorted(asked) == ["again", "hold"]
     turns = (await stores[0].load(KEY)).turns
     assert list(turns) == ["t1", "t2"]
+
+
+async def test_a_turn_nobody_admitted_or_handed_over_is_unknown_at_once_on_a_replica(pair):
+    # A process that died between keeping a reply owed and admitting its turn leaves
+    # nothing to wait for: the stream must say so, not wait for a start that never comes.
+    a_model, _b_model, a, b = pair
+    await a.session("a", "s1").start("hold", turn_id="t1")
+    await asyncio.wait_for(a_model.holding.wait(), DEADLINE_SECONDS)
+    here = b.session("a", "s1")
+
+    with pytest.raises(UnknownTurnError):
+        await asyncio.wait_for(here.result("never"), DEADLINE_SECONDS)
+    with pytest.raises(UnknownTurnError):
+        await asyncio.wait_for(anext(aiter(here.stream("never"))), DEADLINE_SECONDS)
+
+    # one handed over by a third replica (in the inbox, not yet carried out) is awaited
+    await b.store.post_inbox(
+        KEY, "start", "t2", Inbox.start_body(TurnInput(text="next"), False), at=0
+    )
+    watched = asyncio.ensure_future(here.result("t2"))
+    await asyncio.sleep(SWEEP * 4)
+    assert not watched.done()
+    a_model.go.set()
+    done = await asyncio.wait_for(watched, DEADLINE_SECONDS)
+    assert isinstance(done, Completed)
+    assert done.text == "A answers next"
 
 
 async def test_a_cancel_at_another_replica_stops_the_turn_where_it_runs(pair):

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agent.core.records import SessionKey
+from bot.slack.channel.delivery import DeliveryState
 from bot.texts import SUPERSEDED
 from tests.agent.crash_db import CrashDatabase
 from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack, until
@@ -213,3 +214,64 @@ async def test_a_stream_opened_as_the_bot_died_goes_back_to_its_own_reply_not_it
         await until(lambda: settled() == expected, lambda: f"{expected}, not {settled()}")
         mine = [m for m in slack.replies(slack.channel_id, root) if m.is_from_bot]
         assert mine[0].ts == orphan.ts  # the stream the bot died opening, taken back
+
+
+async def test_a_bot_killed_between_keeping_a_reply_owed_and_admitting_its_turn_shows_it_once(
+    slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
+):
+    # A follow-up's admission writes twice: that the thread is owed a reply, then the
+    # turn. No Slack call comes between the two, so the kill is the database it leaves:
+    # the first write made, the second not. The event was never acknowledged, so Slack
+    # sends it again. Taking up the owed reply at the start as well (it waited on
+    # PostgreSQL for the turn to appear, then showed it with nobody to stream it to)
+    # posted the answer twice.
+    async with FakeAnthropic() as api:
+        api.queue(Reply.text(FULL), Reply.text("And the freeze ends on Monday."))
+        claude = {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "DATABASE_URL": crash_db.url,
+        }
+        first = await launch(**claude)
+        root, envelope = mention(slack, "when is the deploy?")
+        await post_signed(first.port, envelope)
+        await one_whole_reply(slack, root)
+        first.proc.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(first.proc.wait(), WAIT) == -signal.SIGKILL
+
+        newer, envelope = mention(slack, "and the freeze?", thread_ts=root)
+        key = SessionKey("bot", f"slack:{slack.team_id}:{slack.channel_id}:{root}")
+        newer_turn = f"{slack.team_id}:{slack.channel_id}:{newer}"
+        store = await crash_db.open()
+        try:
+            assert await store.claim_delivery(key, newer_turn, DeliveryState(since=0).to_json())
+        finally:
+            await store.close()
+
+        second = await launch(**claude)
+        assert await post_signed(second.port, envelope) == 200  # Slack's redelivery
+
+        def answers() -> list[Message]:
+            return [
+                m
+                for m in slack.replies(slack.channel_id, root)
+                if (m.metadata or {}).get("event_payload", {}).get("turn") == newer_turn
+            ]
+
+        await until(
+            lambda: (
+                [m.text for m in answers()] == ["And the freeze ends on Monday."]
+                and answers()[0].stream == "stopped"
+            ),
+            lambda: f"one streamed answer, not {[(m.text, m.stream) for m in answers()]}",
+        )
+        second.proc.send_signal(signal.SIGTERM)  # stopped cleanly: nothing is still showing
+        assert await asyncio.wait_for(second.proc.wait(), WAIT) == 0
+        store = await crash_db.open()
+        try:
+            assert (await store.load(key)).turns[newer_turn].status == "completed"
+        finally:
+            await store.close()
+        assert len(answers()) == 1
+        refused = [c.error for c in slack.calls_to("chat.startStream") if not c.ok]
+        assert refused == []  # it streamed to the person who asked

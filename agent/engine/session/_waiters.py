@@ -71,6 +71,8 @@ class Waiters:
             if turn_id in state.retired:
                 raise UnknownTurnError(self._shared.no_turn(state, turn_id))
             record = state.turns.get(turn_id)
+            if record is None and not await self._is_on_its_way(turn_id):
+                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
             outcome = outcome_of(record, state.cancels) if record is not None else None
             answered = self._shared.handed_over.get(turn_id)
             if isinstance(outcome, Suspended) and outcome.request.id == answered:
@@ -81,6 +83,22 @@ class Waiters:
                 return await self.result(turn_id)  # this process took it over meanwhile
             self._shared.host.check_open()
             await asyncio.sleep(ELSEWHERE_POLL_SECONDS)
+
+    async def _is_on_its_way(self, turn_id: str) -> bool:
+        """Whether a turn the session does not have yet was handed to its owner to start.
+
+        A turn nobody handed over is unknown, as in a session this process writes: a
+        stream of it must not wait for a start that may never come (a process that
+        died before admitting it leaves nothing to wait for).
+        """
+        shared = self._shared
+        if turn_id in shared.handed_over:
+            return True
+        inbox = await shared.host.store.read_inbox(shared.key)
+        if any(item.kind == "start" and item.ref == turn_id for item in inbox):
+            return True
+        # the owner marks the item done in the commit that admits the turn: read again
+        return turn_id in (await shared.reread_unless_busy()).turns
 
     async def stream(self, turn_id: str, *, replay: bool) -> AsyncIterator[TurnEvent]:
         """The events of one turn until its terminal event; see `AgentSession.stream`."""

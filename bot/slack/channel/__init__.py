@@ -179,6 +179,8 @@ class SlackChannel:
             return False
         if session.was_handed_over(inbound.turn_id):
             return False  # another replica writes the thread: it runs the turn, and shows it
+        if self._watching.is_claimed(inbound.turn_id):
+            return False  # shown here already: a start-up took up what a dead process owed it
         # Claimed before the engine can emit the turn's first event, so that the reply
         # this admission shows is the only one.
         self._watching.claim(inbound.turn_id)

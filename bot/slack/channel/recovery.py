@@ -82,6 +82,11 @@ class Recovery:
                 continue  # a turn nobody typed, shown to its end
             if session_id in elsewhere:
                 continue
+            if not await self._is_admitted(session_id, turn_id):
+                # The process died between keeping that the reply is owed and admitting the
+                # turn: the event was never acknowledged, so Slack sends it again, and that
+                # delivery shows it (its speaker known, so it streams).
+                continue
             thread = await self._deliveries.thread_for(session_id, turn_id)
             if thread is None:
                 continue
@@ -95,6 +100,14 @@ class Recovery:
             )
             count += 1
         return count
+
+    async def _is_admitted(self, session_id: str, turn_id: str) -> bool:
+        """Whether the store has the turn, live or archived by a reset (its state then goes)."""
+        session = self._runtime.session(self._agent, session_id)
+        if any(t.turn_id == turn_id for t in await session.turns()):
+            return True
+        stored = await self._runtime.store.load(session.key)
+        return turn_id in stored.turns or turn_id in stored.retired
 
     async def take_over(self, session_id: str, turn_id: str) -> None:
         """Show the rest of a turn this process took over from a replica that died or froze.
