@@ -406,6 +406,54 @@ async def test_replace_cancels_the_running_and_the_queued_turns_then_runs_the_ne
     await runtime.close()
 
 
+class LateRequests:
+    """A store whose writes asking a running turn to stop reach the disk late.
+
+    As on PostgreSQL, where the request and the run's own ending go over two pooled
+    connections and either may commit first. As each cancelled ending is about to be
+    written, it notes whether the turns that replaced it were on disk by then: a
+    crash between the two writes leaves exactly what the disk held.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.on_disk_before_ending: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def commit(self, key: SessionKey, commit: Commit) -> None:
+        if commit.cancels:
+            await asyncio.sleep(0.2)
+        if any(t.status == "cancelled" for t in commit.turns):
+            self.on_disk_before_ending.append(list((await self._inner.load(key)).turns))
+        await self._inner.commit(key, commit)
+
+
+async def test_a_replaced_turn_never_ends_on_disk_before_the_turn_that_replaced_it(store):
+    release = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def script(request: ModelRequest) -> Any:
+        if request.turn_id == "old":
+            asked.set()
+            await release.wait()  # mid-reply when the newer message arrives
+        return reply("answer")
+
+    late = LateRequests(store)
+    runtime = await runtime_with(late, ScriptedModel(script))
+    session = runtime.session("a", "s1")
+    await session.start("old question", turn_id="old")
+    await wait_for(asked)
+
+    await session.start("newer question", turn_id="new", replace=True)
+
+    assert await session.result("old") == Cancelled(turn_id="old", reason="replaced")
+    assert isinstance(await session.result("new"), Completed)
+    assert late.on_disk_before_ending == [["old", "new"]]
+    await runtime.close()
+
+
 async def test_a_redelivered_replacing_turn_does_not_cancel_itself(store):
     release = asyncio.Event()
     runtime = await runtime_with(store, held(release))

@@ -3,8 +3,9 @@
 A cancel is planned first (`CancelPlan`): a turn nothing runs (never begun, or
 suspended) ends in the cancel's own write; a turn this process runs is only
 asked to stop, and its run ends it at its next checkpoint boundary. The request
-is marked in memory before the write is queued, so the run sees it at once; if
-the write fails, the marks and the queue are put back as they were.
+is marked in memory before the write is queued, so the run sees it at once, and
+the run writes the ending only once the request has landed; if the write fails,
+the marks and the queue are put back as they were.
 """
 
 from __future__ import annotations
@@ -179,38 +180,53 @@ class Cancels:
             self._shared.queue.remove(turn_id)
         asked = self._stop_at_next_boundary(state, plan)
         try:
-            caller_left = await self._writer.commit_shielded(commit)
-        except Exception as exc:
-            # Nothing of the write landed: put the cancel marks and the queue back.
-            for turn_id in asked:
-                state.cancels.pop(turn_id, None)
-            # Under the admit lock nothing joins the queue; the worker may only have taken
-            # turns from its head meanwhile, so the turns still queued keep their order.
-            still = set(self._shared.queue) | withdrawn
-            self._shared.queue.clear()
-            self._shared.queue.extend(t for t in queued if t in still)
-            if withdrawn:
-                with contextlib.suppress(RuntimeClosedError):
-                    self._worker.start()
-            if isinstance(exc, StoreConflictError):
-                await self._shared.reread_unless_busy()
-                raise ConflictError(
-                    f"{self._shared.key}: a turn changed under the cancel (another runtime on this "
-                    "store answered or ended it first); try again"
-                ) from None
-            raise
-        apply_commit(state, commit)
+            try:
+                caller_left = await self._writer.commit_shielded(commit)
+            except Exception as exc:
+                self._take_back(state, asked, queued, withdrawn)
+                if isinstance(exc, StoreConflictError):
+                    await self._shared.reread_unless_busy()
+                    raise ConflictError(
+                        f"{self._shared.key}: a turn changed under the cancel (another runtime "
+                        "on this store answered or ended it first); try again"
+                    ) from None
+                raise
+            apply_commit(state, commit)
+        finally:
+            self._landed(asked)
         self._announce_ended(plan)
         return caller_left
+
+    def _take_back(
+        self, state: StoredSession, asked: list[str], queued: list[str], withdrawn: set[str]
+    ) -> None:
+        """Nothing of the write landed: put the cancel marks and the queue back."""
+        for turn_id in asked:
+            state.cancels.pop(turn_id, None)
+        # Under the admit lock nothing joins the queue; the worker may only have taken
+        # turns from its head meanwhile, so the turns still queued keep their order.
+        still = set(self._shared.queue) | withdrawn
+        self._shared.queue.clear()
+        self._shared.queue.extend(t for t in queued if t in still)
+        if withdrawn:
+            with contextlib.suppress(RuntimeClosedError):
+                self._worker.start()
+
+    def _landed(self, asked: list[str]) -> None:
+        """The write that asked ``asked`` to stop is settled: their run may end them now."""
+        landing = self._shared.stop_landing
+        if asked and landing is not None and not landing.done():
+            landing.set_result(None)
 
     def _stop_at_next_boundary(self, state: StoredSession, plan: CancelPlan) -> list[str]:
         """Let the turns asked to stop see it at their very next boundary.
 
-        The request's write is queued on the store's single connection before the
-        turn's own ending can be, so on disk the request comes first; a turn that
-        stops before the write lands only ends by a commit that records why. If the
-        write fails, the marks are taken back and an interrupted model step is
-        asked again.
+        The run sees the mark at once, but writes its cancelled ending only once the
+        request has landed (`SessionState.stop_landed`): on a store of many connections
+        the ending could otherwise reach the disk first, and a crash between the two
+        would leave the turn cancelled by a replace whose new turn was never admitted.
+        If the write fails, the marks are taken back and the run goes on from its last
+        checkpoint.
 
         Returns:
             The turns newly marked.
@@ -218,6 +234,8 @@ class Cancels:
         asked = [turn_id for turn_id, _ in plan.cancels if turn_id not in state.cancels]
         for turn_id, reason in plan.cancels:
             state.cancels.setdefault(turn_id, reason)
+        if asked:
+            self._shared.stop_landing = asyncio.get_running_loop().create_future()
         running = self._shared.running
         if running is not None and running.turn_id in asked:
             running.interrupt()

@@ -68,6 +68,9 @@ class SessionState:
         seen end or suspend: a clean close takes each count back (it was no death)."""
         self.running: TurnRun | None = None
         """The run of the active turn, once it has begun."""
+        self.stop_landing: asyncio.Future[None] | None = None
+        """Done once the write asking the running turn to stop has landed (or failed): the
+        run writes its cancelled ending only after it, so none is on disk without it."""
         self.waiters: dict[str, list[asyncio.Future[TurnResult]]] = {}
         """Callers of `AgentSession.result`, by turn id."""
         self.observers: list[tuple[str | None, Observer]] = []
@@ -151,6 +154,11 @@ class SessionState:
             f"{self.key} is waiting for a person's answer{waiting}; "
             "no other turn starts until it is answered"
         )
+
+    async def stop_landed(self) -> None:
+        """Wait until a request to stop the running turn is on disk, or was taken back."""
+        while (landing := self.stop_landing) is not None and not landing.done():
+            await asyncio.shield(landing)
 
     def reset_future(self) -> asyncio.Future[SessionReset]:
         """The future the pending reset resolves, made when none is pending."""

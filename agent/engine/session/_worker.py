@@ -191,6 +191,7 @@ class Worker:
             holder=token,
             opened_here=turn_id in self._shared.opened_here,
             still_ours=lambda: self._shared.lease.confirm(token),
+            stop_landed=self._shared.stop_landed,
         )
         self._shared.opened_here.discard(turn_id)
         self._shared.running = run

@@ -72,11 +72,13 @@ class TurnRun:
         holder: str | None = None,
         opened_here: bool = False,
         still_ours: Callable[[], Awaitable[None]] | None = None,
+        stop_landed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Set up one run of ``record``'s turn.
 
         ``opened_here``: this process's admission opened the turn just now, so this
-        is its first run, counted in the opening commit already.
+        is its first run, counted in the opening commit already. ``stop_landed``:
+        waits until a request to stop this turn is on disk (or was taken back).
         """
         self._opened_here = opened_here
         self._counted = opened_here
@@ -91,6 +93,7 @@ class TurnRun:
             holder=holder,
             still_ours=still_ours,
         )
+        self._stop_landed = stop_landed
 
     @property
     def turn_id(self) -> str:
@@ -130,27 +133,46 @@ class TurnRun:
 
     async def _run_to_ending(self) -> TurnResult:
         run = self._run
-        if reason := run.cancel_reason():
-            # The cancel came before the turn opened (nothing of it is written yet), or the
-            # turn was recovered after a stop with its cancel already stored.
-            return await self._cancel(reason)
+        # The cancel came before the turn opened (nothing of it is written yet), or the
+        # turn was recovered after a stop with its cancel already stored.
+        if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
+            return cancelled
         if self._is_replay() and run.record.runs >= POISON_RUNS:
             return await self._hold()
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
         run.emit(TurnStarted, trigger=trigger)
-        try:
-            return await self._loop()
-        except StepFailed as failure:
-            return await self._fail(
-                failure.error, phase=failure.phase, step=failure.step, call_id=failure.call_id
-            )
-        except Interrupted:
-            return await self._cancel(run.cancel_reason() or "requested")
-        except InputRequired as asked:
-            if reason := run.cancel_reason():
-                return await self._cancel(reason)  # nobody is to be asked for a cancelled turn
-            return await self._suspend(asked.request)
+        while True:
+            try:
+                return await self._loop()
+            except StepFailed as failure:
+                return await self._fail(
+                    failure.error, phase=failure.phase, step=failure.step, call_id=failure.call_id
+                )
+            except Interrupted:
+                if cancelled := await self._cancel_if_still_asked():
+                    return cancelled
+                # the cancel's write failed, so it was never asked for: go on from the
+                # last checkpoint (what the interrupted step had not written is asked again)
+                run.interrupted.clear()
+            except InputRequired as asked:
+                # nobody is to be asked for a cancelled turn
+                if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
+                    return cancelled
+                return await self._suspend(asked.request)
+
+    async def _cancel_if_still_asked(self) -> TurnResult | None:
+        """End the turn as cancelled once the request is on disk; None if it was taken back.
+
+        A request to stop is marked here before its write lands. Ending the turn before
+        then could put the ending on disk first (on a store of many connections), and a
+        crash between the two would leave the turn cancelled by a replace whose new turn
+        was never admitted.
+        """
+        if self._stop_landed is not None:
+            await self._stop_landed()
+        reason = self._run.cancel_reason()
+        return None if reason is None else await self._cancel(reason)
 
     async def _suspend(self, request: InputRequest) -> TurnResult:
         """Suspend the turn on ``request``, in one checkpoint.
@@ -169,9 +191,9 @@ class TurnRun:
         )
         record = moved(run.record, "suspended", result=result)
         await run.commit(Commit(turns=(record,), status="suspended"))
-        if reason := run.cancel_reason():
-            # a cancel came while the suspend was being written: nobody is to be asked after all
-            return await self._cancel(reason)
+        # a cancel came while the suspend was being written: nobody is to be asked after all
+        if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
+            return cancelled
         run.emit(InputRequested, request=request.as_dict())
         return result
 
