@@ -29,12 +29,12 @@ import os
 import random
 import re
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import pytest
 
 from agent import SQLiteStore
 from agent.core.records import SessionKey
@@ -47,7 +47,8 @@ from tests.fakes.slack_api import FakeSlack, Message
 
 __all__ = ["launch", "slack"]  # the fixtures
 
-SEED = 19
+SEED = int(os.environ.get("LOAD_SEED", "19"))
+"""The draw of kinds, kills and faults; LOAD_SEED=n replays another one."""
 KILLS = 4
 WAIT = 30.0
 KINDS = ["hello"] * 12 + ["again"] * 8 + ["post"] * 7 + ["deny"] * 3
@@ -105,6 +106,9 @@ class Bot:
     killed_at: list[str] = field(default_factory=list)
     armed: list[str] = field(default_factory=list)
     """Where each wave's kill was set, for a failure's report."""
+    started_at: list[str] = field(default_factory=list)
+    """When each process was launched and when it served (``time.monotonic()``, as the
+    fake Slack's calls are timed), for a failure's report."""
 
     def arm(self, method: str, applied: bool, after: int) -> None:
         self.armed.append(f"{method} {'after' if applied else 'before'} applying, {after} later")
@@ -118,7 +122,9 @@ class Bot:
             self.arm(method, applied, 0)
             return
         self.up.clear()
-        self.killed_at.append(f"{method} {'after' if applied else 'before'} applying")
+        self.killed_at.append(
+            f"{method} {'after' if applied else 'before'} applying at {time.monotonic():.3f}"
+        )
         os.kill(self.proc.pid, signal.SIGKILL)
 
 
@@ -208,10 +214,6 @@ async def unfinished(store: Store) -> set[str]:
     return {record.turn_id for _, record in await store.unfinished_turns()}
 
 
-# On PostgreSQL this run found a reply shown twice (issue 20's closing note: a turn
-# handed over while the killed process's liveness lock still stood is shown from a
-# stale copy of its session, with no recipient). SQLite only, until that is fixed.
-@pytest.mark.parametrize("crash_db", ["sqlite"], indirect=True)
 async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_once(
     slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
@@ -230,8 +232,10 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
         }
 
         async def start() -> None:
+            began = time.monotonic()
             running = await launch(**claude)
             runs.append(running)
+            bot.started_at.append(f"{began:.3f}-{time.monotonic():.3f}")
             bot.proc, bot.port, bot.generation = running.proc, running.port, bot.generation + 1
             bot.up.set()
 
@@ -264,7 +268,9 @@ async def test_thirty_threads_through_faults_and_four_kills_end_with_each_reply_
 
             await check_invariants(slack, store, threads)
         except (AssertionError, TimeoutError):
-            print(f"killed at: {bot.killed_at}; kills set: {bot.armed}")  # the failure report
+            print(
+                f"killed at: {bot.killed_at}; kills set: {bot.armed}; started: {bot.started_at}"
+            )  # the failure report
             for thread in threads:
                 print(f"thread {thread}:", *_calls_in(slack, thread), sep="\n  ")
                 print("  shown:", *(m.text for m in _shown(slack, thread)), sep="\n    ")
