@@ -94,6 +94,7 @@ from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta,
 from agent.core.policy import SurfacePolicy, TurnPolicy
 from agent.core.records import SessionKey
 from agent.core.turns import (
+    INTERRUPT_REASONS,
     Cancelled,
     Completed,
     Failed,
@@ -102,6 +103,7 @@ from agent.core.turns import (
     TurnInput,
     TurnRecord,
     TurnResult,
+    WaitTimedOut,
 )
 from agent.definition.agent import Agent, RetryPolicy
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
@@ -166,6 +168,7 @@ __all__ = [
     "DEFAULT_RETENTION",
     "EFFORTS",
     "EXPIRED",
+    "INTERRUPT_REASONS",
     "ActionCompleted",
     "ActionRequested",
     "Agent",
@@ -256,6 +259,7 @@ __all__ = [
     "Usage",
     "UserAnswerer",
     "UserMessage",
+    "WaitTimedOut",
     "database_path",
     "describe_database",
     "drop_held",

@@ -134,10 +134,10 @@ class TurnCancelled(_Event):
 
 
 class TurnInterrupted(_Event):
-    """The turn was stopped for good by the engine, not by a cancel (see `Interrupted`).
+    """The turn was stopped for good, not answered by a cancel (see `Interrupted`).
 
-    ``reason`` is a word a program can test (``held``: the process died while
-    running it too many times in a row); ``detail`` says it for a person.
+    ``reason`` is a word a program can test (one of `INTERRUPT_REASONS`:
+    ``interrupted``, ``timeout``, ``held``, ``lost``); ``detail`` says it for a person.
     """
 
     type: Literal["turn.interrupted"] = "turn.interrupted"

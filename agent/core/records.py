@@ -88,6 +88,10 @@ class Commit:
     inbox_done: tuple[int, ...] = ()
     """Inbox items this commit carries out: deleted with it, so each is carried out
     once. One already gone raises `StoreConflictError` and writes nothing."""
+    hold: str | None = None
+    """Hold the session, saying why: its queued turns wait until the hold is released."""
+    release_hold: bool = False
+    """Release the session's hold (before this commit's own ``hold``, if it has one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +159,9 @@ class StoredSession:
     """Set while a reset is pending: it archives the turns up to this sequence number."""
     retired: set[str] = field(default_factory=set)
     """Ids of turns a reset archived: a redelivery of one is not a new turn."""
+    hold: str | None = None
+    """Why the session is held (a session interrupt, a poison turn), if it is: its
+    queued turns wait, and new ones queue behind them, until the hold is released."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +201,10 @@ def apply_session_writes(state: StoredSession, commit: Commit) -> dict[str, Turn
             state.cancels.setdefault(turn_id, reason)
     if commit.status is not None:
         state.status = commit.status
+    if commit.release_hold:
+        state.hold = None
+    if commit.hold is not None:
+        state.hold = commit.hold
     if commit.reset_through is not None:
         state.reset_through = commit.reset_through
     return archive_generation(state) if commit.archive else {}

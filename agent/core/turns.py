@@ -24,6 +24,7 @@ from agent.core.policy import TurnPolicy
 from agent.errors import TurnError
 
 __all__ = [
+    "INTERRUPT_REASONS",
     "POISON_RUNS",
     "TURN_STATUSES_ENDED",
     "TURN_STATUSES_UNFINISHED",
@@ -39,11 +40,13 @@ __all__ = [
     "TurnRecord",
     "TurnResult",
     "TurnStatus",
+    "WaitTimedOut",
     "is_suspend_ending",
     "may_move",
     "moved",
     "outcome_of",
     "phase_of",
+    "stop_result",
 ]
 
 TurnStatus = Literal[
@@ -63,15 +66,17 @@ TURN_TRANSITIONS: Final[Mapping[TurnStatus, frozenset[TurnStatus]]] = MappingPro
         # before it ever opens. A suspended turn that was answered is stored as
         # "queued" again while it runs on, so that a crash replays it from its last
         # checkpoint; such a turn ends, or suspends again, straight from "queued".
-        # An unfinished turn is interrupted when the engine stops it for good: the
-        # process died while running it `POISON_RUNS` times in a row (the hold).
+        # An unfinished turn is interrupted when it is stopped for good rather than
+        # answered "no" (`INTERRUPT_REASONS`): an operator's interrupt, its time limit,
+        # the poison-turn hold, or a crash when the agent does not resume lost turns.
         "queued": frozenset(
             {"running", "completed", "failed", "cancelled", "suspended", "interrupted"}
         ),
         "running": frozenset({"completed", "failed", "cancelled", "suspended", "interrupted"}),
         # A suspended turn is answered (queued to run on from where it stopped), or it
-        # is cancelled unanswered: its request is withdrawn and its tool call closed.
-        "suspended": frozenset({"queued", "cancelled"}),
+        # is cancelled or interrupted unanswered: its request is withdrawn and its tool
+        # call closed.
+        "suspended": frozenset({"queued", "cancelled", "interrupted"}),
         "completed": frozenset(),
         "failed": frozenset(),
         "cancelled": frozenset(),
@@ -107,6 +112,20 @@ TurnPhase = Literal[
 POISON_RUNS: Final = 3
 """Runs of one turn in a row that the process died during, after which start-up
 holds the turn (it ends `Interrupted` with reason ``held``) instead of resuming it."""
+
+INTERRUPT_REASONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "interrupted": "an operator interrupted it",
+        "held": "the process died each time it ran it",
+        "timeout": "it ran longer than a turn may",
+        "lost": "the process running it was lost, and this agent does not resume lost turns",
+    }
+)
+"""The reasons a turn ends `Interrupted` rather than `Cancelled`, each said for a person.
+
+A stored request to stop a turn carries its reason; one of these ends the turn
+interrupted (the engine or an operator stopped it), any other ends it cancelled
+(someone asked: a cancel, a replace, a reset). They are reserved: `cancel` refuses them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,11 +185,14 @@ class Cancelled:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interrupted:
-    """The engine stopped the turn for good, for ``reason``; ``detail`` says it for a person.
+    """The turn was stopped for good before it completed, for ``reason`` (see `INTERRUPT_REASONS`).
 
-    Reasons: ``held``, the process died while running the turn `POISON_RUNS` times
-    in a row, so start-up holds it instead of resuming it again (an operator may
-    retry or drop it). Unlike `Cancelled`, nobody asked for it.
+    ``interrupted``: an exact-turn or session interrupt; ``timeout``: the agent's
+    ``max_turn_seconds``; ``held``: the process died while running it `POISON_RUNS`
+    times in a row, so start-up held it (and its session) instead of resuming it;
+    ``lost``: the process running it was lost and the agent says ``on_lost="interrupt"``.
+    Unlike `Cancelled`, it is no answer to a cancel, a replace or a reset; like it, it
+    may be retried (`AgentSession.retry`). ``detail`` says it for a person.
     """
 
     status: Literal["interrupted"] = "interrupted"
@@ -242,6 +264,15 @@ class SessionReset:
 
 
 TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)
+
+
+def stop_result(turn_id: str, reason: str, detail: str = "") -> Cancelled | Interrupted:
+    """How a turn asked to stop for ``reason`` ends: interrupted for a reserved reason."""
+    if reason in INTERRUPT_REASONS:
+        return Interrupted(
+            turn_id=turn_id, reason=reason, detail=detail or INTERRUPT_REASONS[reason]
+        )
+    return Cancelled(turn_id=turn_id, reason=reason)
 
 
 def may_move(status: TurnStatus, to: TurnStatus) -> bool:
@@ -333,3 +364,13 @@ def outcome_of(record: TurnRecord, cancels: Mapping[str, str]) -> TurnResult | N
     if record.result is None or record.is_unfinished or is_suspend_ending(record, cancels):
         return None
     return record.result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitTimedOut:
+    """`AgentSession.wait` gave up waiting; the turn itself goes on untouched."""
+
+    status: Literal["timeout"] = "timeout"
+    turn_id: str
+    waited: float
+    """Seconds waited."""

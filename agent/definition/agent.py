@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent.core.hitl import AuthorizeAnswer
 from agent.core.model import ToolSpec
@@ -55,7 +55,7 @@ class Agent:
     authorize_answer: AuthorizeAnswer | None = None
     """Decides, at resume time, whether a resumer may answer a ``{policy, scope}`` request."""
     max_turn_seconds: float | None = None
-    """How long one run of a turn may take; past it the turn is cancelled with reason
+    """How long one run of a turn may take; past it the turn ends interrupted with reason
     ``timeout`` at its next checkpoint boundary (a streaming reply is abandoned at once,
     a running remote tool gets ``tool_cancel_grace`` to finish, then is cancelled). Time
     spent suspended, waiting for a person, does not count."""
@@ -63,6 +63,12 @@ class Agent:
     """Seconds a remote tool still running when its turn is cancelled (a cancel, a
     replace, a reset, the time limit) may take to finish; then its task is cancelled
     and the call's result says so, so no turn waits forever on a tool."""
+    on_lost: Literal["resume", "interrupt"] = "resume"
+    """What becomes of a turn whose process was lost while it ran (a crash, a host gone):
+    ``resume`` runs it on from its last checkpoint, never repeating a committed step;
+    ``interrupt`` ends it interrupted (reason ``lost``), for an agent whose tools must
+    not be picked up half-way. A clean stop (a deploy's SIGTERM) is no loss: its turns
+    resume either way."""
     surfaces: Mapping[str, SurfacePolicy] = field(default_factory=dict)
     """The policy of each source (``slack``...): its denied tools and how its
     instructions combine with the base ones."""
@@ -77,6 +83,10 @@ class Agent:
             raise ConfigError("an agent needs a name")
         if self.max_turn_seconds is not None and not self.max_turn_seconds > 0:
             raise ConfigError(f"agent {self.name}: max_turn_seconds must be above 0")
+        if self.on_lost not in ("resume", "interrupt"):
+            raise ConfigError(
+                f"agent {self.name}: on_lost must be 'resume' or 'interrupt', not {self.on_lost!r}"
+            )
         if not self.tool_cancel_grace >= 0:
             raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
         by_name: dict[str, Tool] = {}

@@ -1,11 +1,13 @@
 """Held turns: what start-up stopped resuming, and an operator's retry or drop of one.
 
 A turn the process died under `POISON_RUNS` times in a row ends `Interrupted`
-with reason ``held`` (see `TurnRun`). It stays listed as held until an operator
-decides: ``drop`` keeps it as it ended; ``retry`` admits its input again as a
-new turn of the same session (its record's ``retry_of`` names the held one).
-Either decision is a step memo ``hold:<turn id>`` stored under the held turn, so
-it is made once.
+with reason ``held`` (see `TurnRun`), and its session is held in the same write,
+as a session interrupt holds it: the turns queued behind it wait. It stays listed
+as held until an operator decides: ``drop`` keeps it as it ended; ``retry`` admits
+its input again as a new turn of the same session (its record's ``retry_of``
+names the held one). Either decision is a step memo ``hold:<turn id>`` stored
+under the held turn, so it is made once, and it releases the session's hold in
+the same write, so the queued turns run.
 
 These functions work on a store alone (``python -m bot turns --held``, another
 process than the bot's). They write under the session's lease, as a runtime
@@ -75,7 +77,7 @@ async def drop_held(store: SessionStore, turn_id: str) -> HeldTurn:
     async with _leased(store, held.key) as holder:
         held = await _find(store, turn_id)  # decided meanwhile?
         mark = _mark(held.record.turn_id, {"dropped": True})
-        await store.commit(held.key, Commit(steps=(mark,), holder=holder))
+        await store.commit(held.key, Commit(steps=(mark,), release_hold=True, holder=holder))
     return held
 
 
@@ -104,26 +106,28 @@ async def retry_held(store: SessionStore, turn_id: str) -> str:
 
 
 def retry_commit(
-    state: StoredSession, record: TurnRecord, *, decides_hold: bool
+    state: StoredSession, record: TurnRecord, *, decides_hold: bool, new_id: str | None = None
 ) -> tuple[str, Commit]:
     """The write that admits ``record``'s input again as a new queued turn of ``state``.
 
-    The new turn's id is ``<turn id>.retry`` (with a ``'`` added per earlier retry),
-    its record's ``retry_of`` names ``record``. With ``decides_hold`` the same write
-    stores the hold's decision, so the held turn is no longer listed.
+    The new turn's id is ``new_id``, or else ``<turn id>.retry`` (with a ``'`` added
+    per earlier retry); its record's ``retry_of`` names ``record``. With
+    ``decides_hold`` the same write stores the hold's decision, so the held turn is no
+    longer listed, and releases the session's hold, so the retry runs.
 
     Returns:
         The new turn's id, and the commit.
     """
-    new_id = f"{record.turn_id}.retry"
-    while new_id in state.turns or new_id in state.retired:
-        new_id += "'"
+    if new_id is None:
+        new_id = f"{record.turn_id}.retry"
+        while new_id in state.turns or new_id in state.retired:
+            new_id += "'"
     seq = max((t.seq for t in state.turns.values()), default=0) + 1
     retry = TurnRecord(
         turn_id=new_id, seq=seq, status="queued", input=record.input, retry_of=record.turn_id
     )
     marks = (_mark(record.turn_id, {"retried_as": new_id}),) if decides_hold else ()
-    return new_id, Commit(turns=(retry,), steps=marks)
+    return new_id, Commit(turns=(retry,), steps=marks, release_hold=decides_hold)
 
 
 @asynccontextmanager

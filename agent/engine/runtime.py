@@ -150,9 +150,9 @@ class AgentRuntime:
             if self.hands_over:
                 # replicas: a session another live replica writes is its to run, not one to
                 # queue here and wait on; a dead one's is taken over now (or by the sweep)
-                await session.pick_up(record.turn_id)
+                await session.upkeep.pick_up(record.turn_id)
             else:
-                await session.recover(record.turn_id)
+                await session.upkeep.recover(record.turn_id)
             recovered += 1
         if recovered:
             logger.info("resuming %d unfinished turn(s) from their last checkpoint", recovered)
@@ -160,12 +160,12 @@ class AgentRuntime:
             if key.agent in self._agents:
                 # a cancel that came while the suspend was being written, then the
                 # process stopped before the suspend's run could end the turn
-                await self.session(key.agent, key.session_id).end_cancelled_suspend()
+                await self.session(key.agent, key.session_id).upkeep.end_cancelled_suspend()
         for key in await self.store.pending_resets():
             if key.agent in self._agents:
                 # The reset was asked for before the process stopped: its turns were
                 # cancelled, but the generation was not archived yet.
-                await self.session(key.agent, key.session_id).recover_reset()
+                await self.session(key.agent, key.session_id).upkeep.recover_reset()
         for key, record in await self.store.suspended_turns():
             suspended = record.result
             if key.agent not in self._agents or not isinstance(suspended, Suspended):
@@ -213,15 +213,15 @@ class AgentRuntime:
             if key.agent not in self._agents or self._is_closed:
                 continue
             session = self.session(key.agent, key.session_id)
-            if not session.knows(record.turn_id):
+            if not session.upkeep.knows(record.turn_id):
                 looked += 1
-                await session.pick_up(record.turn_id)
+                await session.upkeep.pick_up(record.turn_id)
         if self.hands_over:
             for key in await self.store.inbox_sessions():
                 if key.agent in self._agents and not self._is_closed:
                     # handed over by a replica: carried out here if this one writes the
                     # session, or may (its owner died)
-                    looked += await self.session(key.agent, key.session_id).carry_out_inbox()
+                    looked += await self.session(key.agent, key.session_id).upkeep.carry_out_inbox()
         return looked
 
     async def _sweep_now_and_then(self, seconds: float) -> None:
@@ -272,12 +272,12 @@ class AgentRuntime:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for session in self._sessions.values():
-            session.abandon_waiters()
+            session.upkeep.abandon_waiters()
         # Best effort, and bounded: a store that does not answer (its server gone) must
         # not hold a deploy's stop. A lease not let go runs out, or is taken at once
         # once this process is seen gone; a run not taken back stays counted.
         letting_go = [
-            asyncio.ensure_future(session.let_go()) for session in self._sessions.values()
+            asyncio.ensure_future(session.upkeep.let_go()) for session in self._sessions.values()
         ]
         if letting_go:
             _, late = await asyncio.wait(letting_go, timeout=LET_GO_SECONDS)
@@ -348,7 +348,7 @@ class AgentRuntime:
 
 async def _carry_out_quietly(session: AgentSession) -> None:
     try:
-        await session.carry_out_inbox()
+        await session.upkeep.carry_out_inbox()
     except RuntimeClosedError:
         pass
     except Exception:

@@ -87,6 +87,7 @@ class MemoryStore:
             generation=live.generation,
             reset_through=live.reset_through,
             retired=set(live.retired),
+            hold=live.hold,
         )
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:

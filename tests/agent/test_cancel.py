@@ -25,6 +25,7 @@ from agent import (
     AssistantMessage,
     Cancelled,
     Completed,
+    Interrupted,
     MemoryStore,
     ModelRequest,
     SQLiteStore,
@@ -632,7 +633,7 @@ async def test_a_reset_of_an_idle_session_returns_at_once_and_two_resets_number_
 # -- time limit --------------------------------------------------------------------------
 
 
-async def test_a_turn_over_its_time_limit_is_cancelled_and_the_next_turn_runs(store):
+async def test_a_turn_over_its_time_limit_is_interrupted_and_the_next_turn_runs(store):
     never = asyncio.Event()
 
     async def script(request: ModelRequest) -> Any:
@@ -646,11 +647,13 @@ async def test_a_turn_over_its_time_limit_is_cancelled_and_the_next_turn_runs(st
     await session.start("hello", turn_id="stuck")
     await session.start("next", turn_id="next")
 
-    assert await asyncio.wait_for(session.result("stuck"), WAIT) == Cancelled(
-        turn_id="stuck", reason="timeout"
+    assert await asyncio.wait_for(session.result("stuck"), WAIT) == Interrupted(
+        turn_id="stuck", reason="timeout", detail="it ran longer than a turn may"
     )
     assert isinstance(await asyncio.wait_for(session.result("next"), WAIT), Completed)
-    assert [e.reason for e in sink.events if e.type == "turn.cancelled"] == ["timeout"]
+    assert [e.reason for e in sink.events if e.type == "turn.interrupted"] == ["timeout"]
+    assert not [e for e in sink.events if e.type == "turn.cancelled"]
+    assert (await store.load(KEY)).turns["stuck"].status == "interrupted"
     await runtime.close()
 
 
@@ -667,7 +670,7 @@ async def test_a_tool_that_outlasts_the_time_limit_finishes_then_the_turn_ends(s
 
     result = await asyncio.wait_for(session.result(await session.start("go")), WAIT)
 
-    assert isinstance(result, Cancelled)
+    assert isinstance(result, Interrupted)
     assert result.reason == "timeout"
     [done] = [m for m in (await store.load(KEY)).transcript if isinstance(m, ToolMessage)]
     assert done.result == "finished"

@@ -19,11 +19,13 @@ from agent import (
     AgentRuntime,
     Cancelled,
     Completed,
+    Interrupted,
     ModelRequest,
     ResumeAuthorizationError,
     Suspended,
     TurnInput,
     UnknownTurnError,
+    WaitTimedOut,
 )
 from agent.core.model import ModelReply
 from agent.engine.lease import SessionLease, new_holder, retire
@@ -153,6 +155,39 @@ async def test_a_cancel_at_another_replica_stops_the_turn_where_it_runs(pair):
 
     assert isinstance(ended, Cancelled)
     assert ended.reason == "requested"
+
+
+async def test_an_interrupt_at_another_replica_stops_the_turn_where_it_runs(pair):
+    a_model, _b_model, a, b = pair
+    await a.session("a", "s1").start("hold", turn_id="t1")
+    await asyncio.wait_for(a_model.holding.wait(), DEADLINE_SECONDS)
+
+    assert await b.session("a", "s1").interrupt_turn("t1") is True
+    ended = await asyncio.wait_for(a.session("a", "s1").result("t1"), DEADLINE_SECONDS)
+
+    assert isinstance(ended, Interrupted)
+    assert ended.reason == "interrupted"
+    assert await b.session("a", "s1").held() is None  # one turn, not the session
+
+
+async def test_a_hold_and_its_release_at_another_replica_are_carried_out_once(pair):
+    a_model, _b_model, a, b = pair
+    await a.session("a", "s1").start("hold", turn_id="t1")
+    await asyncio.wait_for(a_model.holding.wait(), DEADLINE_SECONDS)
+    here = b.session("a", "s1")
+
+    assert await here.interrupt("held from B") == []  # handed to A, which stops t1
+    ended = await asyncio.wait_for(a.session("a", "s1").result("t1"), DEADLINE_SECONDS)
+    assert isinstance(ended, Interrupted)
+    assert await here.held() == "held from B"
+    await here.start("after", turn_id="t2")
+    assert isinstance(await here.wait("t2", timeout=0.3), WaitTimedOut)  # held, wherever
+
+    assert await here.resume_session()
+    done = await asyncio.wait_for(here.result("t2"), DEADLINE_SECONDS)
+    assert isinstance(done, Completed)
+    assert await a.session("a", "s1").held() is None
+    assert await a.store.read_inbox(KEY) == []
 
 
 async def test_an_answer_at_another_replica_is_handed_over_and_carried_out_once(stores: Stores):

@@ -19,6 +19,7 @@ from agent import (
     Cancelled,
     Completed,
     ConfigError,
+    Interrupted,
     ModelRequest,
     ToolMessage,
     tool,
@@ -123,8 +124,8 @@ async def test_the_time_limit_stops_a_hung_tool_and_the_next_turn_runs(store):
     await session.start("go", turn_id="hung")
     await session.start("next", turn_id="next")
 
-    assert await asyncio.wait_for(session.result("hung"), WAIT) == Cancelled(
-        turn_id="hung", reason="timeout"
+    assert await asyncio.wait_for(session.result("hung"), WAIT) == Interrupted(
+        turn_id="hung", reason="timeout", detail="it ran longer than a turn may"
     )
     [result] = await tool_results(store)
     assert result["reason"] == "timeout"

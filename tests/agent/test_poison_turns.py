@@ -62,7 +62,15 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
         again.finish()
 
     assert not held.printed("EXPLODING")  # the fourth start did not run the tool again
-    assert json.loads(held.printed("RESULT ")[0]) == {"status": "interrupted", "after": "completed"}
+    outcome = json.loads(held.printed("RESULT ")[0])
+    # the session was held with the turn: the next turn waited until it was resumed
+    assert outcome["held"].startswith("turn poison is held: the process stopped 3 times")
+    assert (outcome["status"], outcome["waited"], outcome["after"]) == (
+        "interrupted",
+        "timeout",
+        "completed",
+    )
+    assert json.loads(again.printed("RESULT ")[0])["held"] is None  # resumed for good
     assert held.printed("EVENT ") == ["turn.interrupted"]  # the thread is told, once
     assert again.printed("EVENT ") == []  # and not again at the next start
     assert not again.printed("EXPLODING")
@@ -99,6 +107,42 @@ async def test_a_turn_that_kills_its_process_three_times_is_held_then_retried_or
     # the retry runs at the next start: the tool runs (and kills the process) again
     with start_children(ChildProcess, CHILD, tmp_path) as start:
         killed_by_its_tool(start("retried", [db, "recover"]))
+
+
+async def test_an_agent_that_does_not_resume_lost_turns_interrupts_one_after_a_sigkill(
+    tmp_path, crash_db
+):
+    """Issue 21, point 1: ``Agent(on_lost="interrupt")`` gives a lost turn up at once.
+
+    The default (``resume``) runs the tool again at each start, as the test above shows;
+    this agent ends the turn ``interrupted`` (reason ``lost``) at the first restart,
+    without running anything of it again, and without holding the session.
+    """
+    db = crash_db.where
+    with start_children(ChildProcess, CHILD, tmp_path) as start:
+        killed_by_its_tool(start("start", [db, "start", "interrupt"]))
+        given_up = start("recover", [db, "recover", "interrupt"])
+        given_up.finish()
+
+    assert not given_up.printed("EXPLODING")
+    outcome = json.loads(given_up.printed("RESULT ")[0])
+    assert outcome == {
+        "status": "interrupted",
+        "reason": "lost",
+        "held": None,
+        "waited": "completed",  # the session is not held: the next turn runs at once
+        "after": "completed",
+    }
+    assert given_up.printed("EVENT ") == ["turn.interrupted"]
+    store = await crash_db.open()
+    state = await store.load(KEY)
+    result = state.turns["poison"].result
+    assert isinstance(result, Interrupted)
+    assert "does not resume lost turns" in result.detail
+    [closed] = [m for m in state.transcript if isinstance(m, ToolMessage)]
+    assert closed.result["interrupted"] is True
+    assert_valid_api_messages(api_messages(list(state.transcript)))
+    await store.close()
 
 
 async def test_an_operators_retry_runs_in_the_running_process_without_a_restart(tmp_path, crash_db):
@@ -226,7 +270,9 @@ async def test_a_held_turn_is_retried_through_the_live_session(tmp_path):
         assert (first, second) == ("t.retry", "t.retry'")
         assert [turns[first].retry_of, turns[second].retry_of] == ["t", "t"]
         assert turns[first].input.text == turns[second].input.text == "hi"
-        with pytest.raises(ConflictError, match="only an interrupted turn"):
+        with pytest.raises(
+            ConflictError, match="is completed; only a failed, cancelled or interrupted"
+        ):
             await session.retry(first)  # a completed turn
         with pytest.raises(UnknownTurnError):
             await session.retry("nope")

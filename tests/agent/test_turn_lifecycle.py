@@ -66,7 +66,8 @@ ENGINE_MOVES = {
     ("suspended", "queued"): "an answer resumes the turn",
     ("suspended", "cancelled"): "a cancel or reset withdraws the request",
     ("queued", "interrupted"): "a resumed turn the process died under too often is held",
-    ("running", "interrupted"): "a turn the process died under too often is held",
+    ("running", "interrupted"): "an interrupt, or the time limit, reaches a boundary",
+    ("suspended", "interrupted"): "an exact-turn interrupt withdraws the request",
 }
 
 
@@ -360,6 +361,13 @@ async def test_every_status_change_the_engine_writes_goes_through_moved(moves):
         turn_id = await reset.start("ask:ok")
         assert isinstance(await reset.result(turn_id), Suspended)
         await reset.reset()
+
+        # an exact-turn interrupt withdraws one too, and ends it interrupted
+        stopped = runtime.session("a", "stopped")
+        turn_id = await stopped.start("ask:ok")
+        assert isinstance(await stopped.result(turn_id), Suspended)
+        assert await stopped.interrupt_turn(turn_id)
+        assert isinstance(await stopped.result(turn_id), Interrupted)
 
     # held at the next start: a process died under the turn's every run, POISON_RUNS in a
     # row, while it ran, and while it ran on after an answer (stored "queued")

@@ -6,6 +6,8 @@ parts listed below it:
 
 - ``_admission``: `AgentSession.start`, and start-up recovery;
 - ``_answers``: `AgentSession.resume` and `AgentSession.expire`;
+- ``_holding``: `AgentSession.interrupt`, `AgentSession.interrupt_turn` and
+  `AgentSession.resume_session`;
 - ``_cancel``: `AgentSession.cancel` and `AgentSession.reset`, each planned and
   written in one transaction;
 - ``_writer``: one write at a time, under the session's lock and lease, and never
@@ -16,7 +18,10 @@ parts listed below it:
   `AgentSession.stream`, and the one way an event reaches them;
 - ``_inbox``: work handed to the process that writes the session by one that
   does not (replicas), and carrying it out there;
-- ``_state``: the state they share, and the invariants that span them.
+- ``_lifecycle``: the calls on a turn's lifecycle beyond start and cancel (retry,
+  interrupts, holds, waits with a timeout), a base of `AgentSession`;
+- ``_state``: the state they share, and the invariants that span them;
+- ``_upkeep``: what the runtime does to the session (`AgentSession.upkeep`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from agent.core.hitl import Grant, InputRequest, StoredAnswer, answer_step
 from agent.core.messages import Message
 from agent.core.records import Archive, Commit, SessionKey, SessionStatus
 from agent.core.turns import (
+    INTERRUPT_REASONS,
     Cancelled,
     Completed,
     Failed,
@@ -40,12 +46,14 @@ from agent.core.turns import (
     TurnRecord,
     TurnResult,
 )
-from agent.engine.lease import drop_quietly
 from agent.engine.session._admission import Admission
 from agent.engine.session._answers import Answers
 from agent.engine.session._cancel import Cancels
+from agent.engine.session._holding import Holding
 from agent.engine.session._inbox import Inbox
+from agent.engine.session._lifecycle import LifecycleCalls
 from agent.engine.session._state import Observer, SessionState, suspend_is_ending, suspended_in
+from agent.engine.session._upkeep import Upkeep
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
@@ -63,7 +71,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentSession", "Observer"]
 
 
-class AgentSession:
+class AgentSession(LifecycleCalls):
     """The turns of one session, addressed by ``(agent, session id)``.
 
     Get one from `AgentRuntime.session`. Turns of a session run one at a time,
@@ -81,9 +89,23 @@ class AgentSession:
             self._shared, self._writer, self._worker, self._waiters, self._inbox
         )
         self._answers = Answers(self._shared, self._writer, self._worker, self._inbox)
+        self._holding = Holding(
+            self._shared, self._writer, self._worker, self._cancels, self._inbox
+        )
         self._admission = Admission(
             self._shared, self._writer, self._worker, self._cancels, self._inbox
         )
+        self.upkeep = Upkeep(
+            self,
+            self._shared,
+            admission=self._admission,
+            cancels=self._cancels,
+            worker=self._worker,
+            writer=self._writer,
+            inbox=self._inbox,
+            waiters=self._waiters,
+        )
+        """The runtime's calls: recovery at start-up, the sweep, the close."""
 
     # -- the session and what it holds -----------------------------------------
 
@@ -156,23 +178,6 @@ class AgentSession:
 
     # -- cancel and reset ------------------------------------------------------
 
-    async def retry(self, turn_id: str) -> str:
-        """Admit an interrupted turn's input again as a new turn; return the new turn's id.
-
-        The new turn (``<turn id>.retry``, one ``'`` more for each earlier retry) queues
-        behind the session's unfinished turns and runs at once when none is ahead; its
-        record's ``retry_of`` names ``turn_id``. Retrying a held turn decides its hold
-        (`held_turns` stops listing it); retrying twice makes two linked retries. Mind
-        that the interrupted turn may have done any part of its work. For now only an
-        interrupted turn (one the poison-turn hold stopped) can be retried.
-
-        Raises:
-            UnknownTurnError: The session has no such turn.
-            ConflictError: The turn is not interrupted.
-            SessionSuspendedError: The session waits for a person's answer.
-        """
-        return await self._admission.retry(turn_id)
-
     async def cancel(self, turn_id: str, reason: str = "requested") -> bool:
         """Cancel a turn: it stops at its next checkpoint boundary and ends ``cancelled``.
 
@@ -193,7 +198,11 @@ class AgentSession:
 
         Raises:
             UnknownTurnError: The session has no such turn.
+            ValueError: ``reason`` is one `INTERRUPT_REASONS` reserves (use
+                `interrupt_turn`).
         """
+        if reason in INTERRUPT_REASONS:
+            raise ValueError(f"cancel reason {reason!r} is reserved for interrupts")
         return await self._cancels.cancel(turn_id, reason)
 
     async def reset(self) -> SessionReset:
@@ -266,7 +275,7 @@ class AgentSession:
     # -- waiting and watching --------------------------------------------------
 
     async def result(self, turn_id: str) -> TurnResult:
-        """Wait for the turn to end: completed, suspended, failed or cancelled.
+        """Wait for the turn to end: completed, suspended, failed, cancelled or interrupted.
 
         Raises:
             UnknownTurnError: The session has no such turn.
@@ -327,27 +336,14 @@ class AgentSession:
         """
         return self._waiters.stream(turn_id, replay=replay)
 
-    # -- start-up and shutdown (called by the runtime) -------------------------
-
-    async def recover(self, turn_id: str) -> None:
-        """Queue an unfinished turn found in the store (start-up recovery)."""
-        await self._admission.recover(turn_id)
-
-    def knows(self, turn_id: str) -> bool:
-        """Whether this process runs or queued ``turn_id``, or halted the session."""
-        shared = self._shared
-        return shared.halted is not None or turn_id == shared.active or turn_id in shared.queue
-
-    async def pick_up(self, turn_id: str) -> None:
-        """Queue an unfinished turn another process wrote meanwhile (the runtime's sweep)."""
-        await self._admission.pick_up(turn_id)
+    # -- what the process that writes it is doing --------------------------------
 
     def was_handed_over(self, turn_id: str) -> bool:
         """Whether the turn's start or answer went to the process writing the session.
 
         That one runs the turn, and shows it (see ``AgentRuntime(hand_over=)``).
         """
-        return turn_id in self._shared.handed_over and not self.knows(turn_id)
+        return turn_id in self._shared.handed_over and not self.upkeep.knows(turn_id)
 
     async def is_written_elsewhere(self) -> bool:
         """Whether another live process writes the session now (it runs and shows its turns).
@@ -364,36 +360,7 @@ class AgentSession:
                 await lease.drop()
             return False
 
-    async def carry_out_inbox(self) -> int:
-        """Carry out what others handed to this session, if this process writes it; how many."""
-        async with self._writer.locked_and_leased(wait=False) as held:
-            if not held:
-                return 0  # the process that writes it carries them out
-        return await self._inbox.carry_out(self)
-
     async def settle_inbox_item(self, item: int) -> None:
         """Delete an inbox item that was carried out with nothing else to write."""
         async with self._writer.locked_and_leased():
             await self._writer.commit_shielded(Commit(inbox_done=(item,)))
-
-    async def end_cancelled_suspend(self) -> None:
-        """End a suspend whose cancel was stored while it was being written (start-up)."""
-        await self._cancels.end_cancelled_suspend()
-
-    async def recover_reset(self) -> None:
-        """Carry out a reset that was asked for before the process stopped (start-up)."""
-        await self._admission.recover_reset()
-
-    async def let_go(self) -> None:
-        """Give up the session's lease as the runtime closes.
-
-        First the runs the close stopped are taken back from their turns' counts: a
-        clean stop is no death of the process (see `TurnRecord.runs`).
-        """
-        await self._worker.take_back_runs()
-        await drop_quietly(self._shared.lease)
-        self._shared.lease.forget()
-
-    def abandon_waiters(self) -> None:
-        """Tell everyone awaiting a turn that this runtime will not finish it."""
-        self._waiters.abandon()

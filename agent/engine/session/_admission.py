@@ -29,7 +29,10 @@ from agent.engine.session._writer import Writer
 from agent.engine.turn.commits import opening_commit
 from agent.errors import ConflictError, RuntimeClosedError, UnknownTurnError
 
-__all__ = ["Admission"]
+__all__ = ["RETRYABLE", "Admission"]
+
+RETRYABLE = frozenset({"failed", "cancelled", "interrupted"})
+"""The statuses of the turns `AgentSession.retry` answers again: ended, and unanswered."""
 
 logger = logging.getLogger("agent")
 
@@ -89,6 +92,7 @@ class Admission:
                 and not ahead
                 and not plan.cancels
                 and state.reset_through is None
+                and state.hold is None
             ):
                 # Nothing is queued ahead of this turn, so it opens in the transaction that
                 # admits it, which saves a write.
@@ -129,18 +133,28 @@ class Admission:
         body = self._inbox.start_body(given, replace)
         await self._inbox.hand_over("start", turn_id, body, turn_id=turn_id)
 
-    async def retry(self, turn_id: str) -> str:
-        """Admit an interrupted turn's input again as a new turn; see `AgentSession.retry`."""
+    async def retry(self, turn_id: str, new_turn_id: str | None = None) -> str:
+        """Admit an ended turn's input again as a new turn; see `AgentSession.retry`."""
         self._shared.host.check_open()
         async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
                 raise UnknownTurnError(self._shared.no_turn(state, turn_id))
-            if record.status != "interrupted":
+            if new_turn_id is not None and (
+                new_turn_id in state.turns or new_turn_id in state.retired
+            ):
+                given = state.turns.get(new_turn_id)
+                if given is not None and given.retry_of == turn_id:
+                    return new_turn_id  # the same retry asked again: it is admitted
                 raise ConflictError(
-                    f"{self._shared.key}: turn {turn_id} is {record.status}; "
-                    "only an interrupted turn can be retried"
+                    f"{self._shared.key}: turn id {new_turn_id} is taken; a retry needs a new one"
+                )
+            if record.status not in RETRYABLE:
+                raise ConflictError(
+                    f"{self._shared.key}: turn {turn_id} is {record.status}; only a failed, "
+                    "cancelled or interrupted turn can be retried"
+                    + ("; send its input again for another answer" if record.is_ended else "")
                 )
             self._shared.refuse_if_halted()
             if is_held_by_suspend(state):
@@ -149,7 +163,7 @@ class Admission:
                 self._worker.queue_unfinished_turns(state)
             steps = await self._shared.host.store.load_steps(self._shared.key, turn_id)
             new_id, commit = retry_commit(
-                state, record, decides_hold=is_undecided_hold(record, steps)
+                state, record, decides_hold=is_undecided_hold(record, steps), new_id=new_turn_id
             )
             caller_left = await self._cancels.commit_plan(state, CancelPlan(), commit)
             with contextlib.suppress(RuntimeClosedError):

@@ -16,7 +16,7 @@ import dataclasses
 import uuid
 from typing import Final
 
-from agent.core.events import TurnCancelled
+from agent.core.events import TurnCancelled, TurnInterrupted
 from agent.core.records import (
     Commit,
     SessionStatus,
@@ -25,13 +25,21 @@ from agent.core.records import (
     StoredStep,
     apply_commit,
 )
-from agent.core.turns import Cancelled, SessionReset, TurnPhase, TurnRecord, phase_of
+from agent.core.turns import (
+    Cancelled,
+    Interrupted,
+    SessionReset,
+    TurnPhase,
+    TurnRecord,
+    phase_of,
+    stop_result,
+)
 from agent.engine.session._inbox import ELSEWHERE_POLL_SECONDS, Inbox
 from agent.engine.session._state import SessionState, suspended_in, unfinished_turns
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
-from agent.engine.turn.commits import CANCELLED_CALL, ending_commit
+from agent.engine.turn.commits import closing_result, ending_commit
 from agent.errors import ConflictError, RuntimeClosedError, StoreConflictError, UnknownTurnError
 
 __all__ = ["CancelPlan", "Cancels"]
@@ -153,8 +161,8 @@ class Cancels:
                 # Nothing runs this turn: it is suspended (its request is withdrawn and its
                 # tool call closed), or it has never begun (it ends without ever opening).
                 # Either way it ends in the cancel's own write.
-                ended = Cancelled(turn_id=turn_id, reason=reason)
-                plan.end(record, ended, ending_commit(state, record, ended, CANCELLED_CALL))
+                ended = stop_result(turn_id, reason)
+                plan.end(record, ended, ending_commit(state, record, ended, closing_result(ended)))
             elif record.is_unfinished and turn_id not in state.cancels:
                 plan.cancels.append((turn_id, reason))
         return plan
@@ -243,17 +251,16 @@ class Cancels:
 
     def _announce_ended(self, plan: CancelPlan) -> None:
         """Tell everyone about turns a committed plan ended."""
+        key = self._shared.key
         for result in plan.ended:
-            self._shared.host.cancel_expiry(self._shared.key, result.turn_id)
-            self._waiters.emit(
-                TurnCancelled(
-                    agent=self._shared.key.agent,
-                    session=self._shared.key.session_id,
-                    turn_id=result.turn_id,
-                    seq=1,
-                    reason=result.reason,
+            self._shared.host.cancel_expiry(key, result.turn_id)
+            ids = {"agent": key.agent, "session": key.session_id, "turn_id": result.turn_id}
+            if isinstance(result, Cancelled):
+                self._waiters.emit(TurnCancelled(**ids, seq=1, reason=result.reason))
+            else:
+                self._waiters.emit(
+                    TurnInterrupted(**ids, seq=1, reason=result.reason, detail=result.detail)
                 )
-            )
             self._waiters.settle(result.turn_id, result)
         if plan.ended and self._shared.queue:
             with contextlib.suppress(RuntimeClosedError):
@@ -265,7 +272,7 @@ class CancelPlan:
     """What cancelling some turns writes: turns ended now, and requests to stop."""
 
     def __init__(self) -> None:
-        self.ended: list[Cancelled] = []
+        self.ended: list[Cancelled | Interrupted] = []
         """The turns this plan ends in its own write, with how they ended."""
         self.cancels: list[tuple[str, str]] = []
         """``(turn id, reason)``: the requests to stop, for turns a run here ends itself."""
@@ -280,7 +287,7 @@ class CancelPlan:
         """The ids of the turns this plan ends in its own write."""
         return {result.turn_id for result in self.ended}
 
-    def end(self, record: TurnRecord, result: Cancelled, closing: Commit) -> None:
+    def end(self, record: TurnRecord, result: Cancelled | Interrupted, closing: Commit) -> None:
         """End ``record``'s turn in this plan's write, with ``closing`` (its ending commit).
 
         The write expects the turn's stored status to be unchanged, so a turn another

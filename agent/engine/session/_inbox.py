@@ -1,15 +1,15 @@
 """`Inbox`: work handed to the process that writes a session, by one that does not.
 
-Replicas behind a load balancer each get some of a thread's messages and
-clicks. A replica that cannot take a session's lease (another live replica
-holds it) hands the start, cancel, answer or reset over: it checks what it can
-on a fresh read (a suspended session refuses a start, an answer must come from
-someone allowed to give it), posts the item in the store, and the store wakes
-the other replicas. The owner carries each item out as it would its own call,
-in the commit that deletes the item (`Commit.inbox_done`), so an item is
+Replicas behind a load balancer each get some of a thread's messages and clicks.
+A replica that cannot take a session's lease (another live replica holds it)
+hands the start, cancel, answer, reset, hold or release over: it checks what it
+can on a fresh read (a suspended session refuses a start, an answer must come
+from someone allowed to give it), posts the item in the store, and the store
+wakes the other replicas. The owner carries each item out as it would its own
+call, in the commit that deletes the item (`Commit.inbox_done`), so an item is
 carried out exactly once, and supersede, cancel and answers work whichever
-replica Slack reached. The owner is the replica that runs the turn, so it is
-the one that shows it.
+replica Slack reached. The owner is the replica that runs the turn, so it is the
+one that shows it.
 
 An owner finds its items when woken, when its sweep looks (every replica's does,
 for sessions whose owner died too), and before it lets a session go.
@@ -28,12 +28,12 @@ from pydantic import TypeAdapter
 from agent._json import JsonValue
 from agent.core.hitl import Grant
 from agent.core.records import InboxItem, SessionKey
-from agent.core.turns import TurnInput
+from agent.core.turns import INTERRUPT_REASONS, TurnInput
 from agent.engine.session._state import SessionState
 from agent.errors import AgentError, StoreConflictError
 
 
-class _Session(Protocol):
+class HandOverTarget(Protocol):
     """The calls of `AgentSession` an item is carried out with."""
 
     @property
@@ -55,10 +55,16 @@ class _Session(Protocol):
 
     async def reset(self) -> object: ...
 
+    async def interrupt_turn(self, turn_id: str) -> bool: ...
+
+    async def interrupt(self, why: str) -> list[str]: ...
+
+    async def resume_session(self) -> bool: ...
+
     async def settle_inbox_item(self, item: int) -> None: ...
 
 
-__all__ = ["ELSEWHERE_POLL_SECONDS", "TAKING", "Inbox", "Taking"]
+__all__ = ["ELSEWHERE_POLL_SECONDS", "TAKING", "HandOverTarget", "Inbox", "Taking"]
 
 logger = logging.getLogger("agent")
 
@@ -135,7 +141,7 @@ class Inbox:
             "granted": grant,
         }
 
-    async def carry_out(self, session: _Session) -> int:
+    async def carry_out(self, session: HandOverTarget) -> int:
         """Carry out the items handed to this session, oldest first; how many were.
 
         The caller has just found this process holding the session's lease, or
@@ -149,7 +155,7 @@ class Inbox:
             done += 1
         return done
 
-    async def _carry_out_one(self, session: _Session, item: InboxItem) -> None:
+    async def _carry_out_one(self, session: HandOverTarget, item: InboxItem) -> None:
         taking = Taking(item.id)
         token = TAKING.set(taking)
         try:
@@ -171,13 +177,17 @@ class Inbox:
                 await session.settle_inbox_item(item.id)
 
 
-async def _act(session: _Session, item: InboxItem) -> None:
+async def _act(session: HandOverTarget, item: InboxItem) -> None:
     body = item.body if isinstance(item.body, dict) else {}
     if item.kind == "start":
         given = _INPUT.validate_python(body.get("input"))
         await session.start(given, turn_id=item.ref, replace=bool(body.get("replace")))
     elif item.kind == "cancel":
-        await session.cancel(item.ref, str(body.get("reason", "requested")))
+        reason = str(body.get("reason", "requested"))
+        if reason in INTERRUPT_REASONS:
+            await session.interrupt_turn(item.ref)
+        else:
+            await session.cancel(item.ref, reason)
     elif item.kind == "answer":
         granted = body.get("granted")
         await session.resume(
@@ -189,5 +199,9 @@ async def _act(session: _Session, item: InboxItem) -> None:
         )
     elif item.kind == "reset":
         await session.reset()
+    elif item.kind == "hold":
+        await session.interrupt(str(body.get("why", "")))
+    elif item.kind == "release":
+        await session.resume_session()
     else:
         logger.warning("%s: an inbox item of unknown kind %r is dropped", session.key, item.kind)

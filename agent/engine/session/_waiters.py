@@ -39,8 +39,17 @@ class Waiters:
             return outcome
         self._shared.refuse_if_halted()
         waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        self._shared.waiters.setdefault(turn_id, []).append(waiter)
-        return await waiter
+        waiting = self._shared.waiters.setdefault(turn_id, [])
+        waiting.append(waiter)
+        try:
+            return await waiter
+        finally:
+            # a caller that stopped waiting (a wait's timeout) leaves nothing behind, so an
+            # idle session can still be let go
+            if waiter in waiting:
+                waiting.remove(waiter)
+                if not waiting and self._shared.waiters.get(turn_id) is waiting:
+                    del self._shared.waiters[turn_id]
 
     async def observe(
         self, callback: Observer, *, turn_id: str | None, replay: bool

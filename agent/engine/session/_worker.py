@@ -119,7 +119,7 @@ class Worker:
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
-                if not self._shared.queue or self._is_suspended():
+                if not self._shared.queue or self._is_suspended() or self._is_held():
                     break
                 turn_id = self._shared.queue.popleft()
                 self._shared.active = turn_id
@@ -137,6 +137,10 @@ class Worker:
         # Turns queued behind a suspended turn wait: they would follow a tool call that has
         # no result yet.
         return self._shared.in_memory is not None and self._shared.in_memory.status == "suspended"
+
+    def _is_held(self) -> bool:
+        # A held session's queued turns wait for `AgentSession.resume_session`.
+        return self._shared.in_memory is not None and self._shared.in_memory.hold is not None
 
     def _is_reset_due(self) -> bool:
         """A reset is pending and every turn it covers has ended."""

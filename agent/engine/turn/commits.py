@@ -18,8 +18,8 @@ from agent.core.turns import Cancelled, Failed, Interrupted, TurnRecord, moved
 
 __all__ = [
     "CANCELLED_CALL",
-    "INTERRUPTED_CALL",
     "NOT_RUN_AFTER_FAILURE",
+    "closing_result",
     "ending_commit",
     "opening_commit",
     "owed_calls",
@@ -29,11 +29,16 @@ NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
 """The result a call gets when the turn failed before the call could run."""
 CANCELLED_CALL = {"cancelled": True}
 """The result a call gets when the turn was cancelled before the call could run."""
-INTERRUPTED_CALL = {
-    "interrupted": True,
-    "error": "not finished: the turn was interrupted (the process died while it ran)",
-}
-"""The result each call a turn still owes gets when the turn is interrupted."""
+
+
+def closing_result(ended: Cancelled | Interrupted) -> JsonValue:
+    """The result each call a turn still owes gets when the turn is stopped as ``ended`` says."""
+    if isinstance(ended, Cancelled):
+        return CANCELLED_CALL
+    return {
+        "interrupted": True,
+        "error": f"not finished: the turn was interrupted ({ended.detail})",
+    }
 
 
 def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:

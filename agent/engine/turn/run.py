@@ -36,13 +36,13 @@ from agent.core.turns import (
     TurnRecord,
     TurnResult,
     moved,
+    stop_result,
 )
 from agent.core.turns import Interrupted as InterruptedResult
 from agent.definition.agent import Agent
 from agent.engine.turn.commits import (
-    CANCELLED_CALL,
-    INTERRUPTED_CALL,
     NOT_RUN_AFTER_FAILURE,
+    closing_result,
     ending_commit,
     opening_commit,
     owed_calls,
@@ -139,6 +139,9 @@ class TurnRun:
             return cancelled
         if self._is_replay() and run.record.runs >= POISON_RUNS:
             return await self._hold()
+        if self._is_replay() and run.record.runs and run.agent.on_lost == "interrupt":
+            # a run counted and never ended: the process under it was lost, not stopped
+            return await self._cancel("lost")
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
         run.emit(TurnStarted, trigger=trigger)
@@ -231,7 +234,9 @@ class TurnRun:
             "or drop it (python -m bot turns --held)"
         )
         result = InterruptedResult(turn_id=run.turn_id, reason="held", detail=detail)
-        await run.commit(ending_commit(run.state, run.record, result, INTERRUPTED_CALL))
+        ending = ending_commit(run.state, run.record, result, closing_result(result))
+        # the turns queued behind it wait too, until the operator decides (see `holds`)
+        await run.commit(dataclasses.replace(ending, hold=f"turn {run.turn_id} is held: {detail}"))
         run.emit(TurnInterrupted, reason="held", detail=detail)
         return result
 
@@ -302,8 +307,12 @@ class TurnRun:
         return result
 
     async def _cancel(self, reason: str) -> TurnResult:
+        """End the turn as its stop request says: cancelled, or interrupted (see `stop_result`)."""
         run = self._run
-        result = Cancelled(turn_id=run.turn_id, reason=reason)
-        await run.commit(ending_commit(run.state, run.record, result, CANCELLED_CALL))
-        run.emit(TurnCancelled, reason=reason)
+        result = stop_result(run.turn_id, reason)
+        await run.commit(ending_commit(run.state, run.record, result, closing_result(result)))
+        if isinstance(result, Cancelled):
+            run.emit(TurnCancelled, reason=reason)
+        else:
+            run.emit(TurnInterrupted, reason=result.reason, detail=result.detail)
         return result

@@ -28,6 +28,7 @@ from agent.core.hitl import (
 )
 from agent.core.messages import AssistantMessage, ToolCall, ToolMessage
 from agent.core.records import Commit, StoredMessage, StoredStep, apply_commit
+from agent.core.turns import INTERRUPT_REASONS
 from agent.definition.tools import (
     Tool,
     ToolContext,
@@ -198,15 +199,21 @@ async def _until_done_or_stopped(
 
 def _stopped_by_cancel(run: RunContext, reason: str) -> Callable[[ToolCall], ToolMessage]:
     grace = run.agent.tool_cancel_grace
-    why = "ran past its time limit" if reason == "timeout" else f"was cancelled ({reason})"
+    if reason == "timeout":
+        why = "ran past its time limit"
+    elif reason in INTERRUPT_REASONS:
+        why = f"was interrupted ({INTERRUPT_REASONS[reason]})"
+    else:
+        why = f"was cancelled ({reason})"
     text = f"stopped: the turn {why} while this call ran, and it did not finish within {grace:g} s"
+    ended = "interrupted" if reason in INTERRUPT_REASONS else "cancelled"
 
     def record(call: ToolCall) -> ToolMessage:
         return ToolMessage(
             turn_id=run.turn_id,
             call_id=call.id,
             name=call.name,
-            result={"cancelled": True, "reason": reason, "error": text},
+            result={ended: True, "reason": reason, "error": text},
             is_error=True,
         )
 

@@ -152,6 +152,8 @@ def _apply(conn: Conn, key: SessionKey, sid: int, commit: Commit) -> None:
             )
     if commit.status is not None:
         conn.execute("UPDATE sessions SET status = %s WHERE id = %s", (commit.status, sid))
+    if commit.release_hold or commit.hold is not None:
+        conn.execute("UPDATE sessions SET hold = %s WHERE id = %s", (commit.hold, sid))
     if commit.reset_through is not None:
         conn.execute(
             "UPDATE sessions SET reset_through = %s WHERE id = %s", (commit.reset_through, sid)

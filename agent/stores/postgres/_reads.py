@@ -52,9 +52,9 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
     if sid is None:
         return StoredSession()
     with _snapshot(conn):
-        status, generation, reset_through = conn.execute(
-            "SELECT status, generation, reset_through FROM sessions WHERE id = %s", (sid,)
-        ).fetchone() or ("new", 0, None)
+        status, generation, reset_through, hold = conn.execute(
+            "SELECT status, generation, reset_through, hold FROM sessions WHERE id = %s", (sid,)
+        ).fetchone() or ("new", 0, None, None)
         bodies = conn.execute(
             "SELECT body FROM messages WHERE session = %s ORDER BY idx", (sid,)
         ).fetchall()
@@ -80,6 +80,7 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
         generation=generation,
         reset_through=reset_through,
         retired=retired,
+        hold=hold,
     )
 
 

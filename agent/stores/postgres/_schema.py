@@ -132,6 +132,11 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (agent, session_id, kind, ref)
     );
     """,
+    # why a session is held (an operator's interrupt, a poison turn): its queued turns
+    # wait until the hold is released
+    """
+    ALTER TABLE sessions ADD COLUMN hold text;
+    """,
 )
 
 BREAKING: Final[frozenset[int]] = frozenset()

@@ -148,6 +148,8 @@ def apply(conn: sqlite3.Connection, key: SessionKey, sid: int, rows: Rows) -> No
         )
     if commit.status is not None:
         conn.execute("UPDATE sessions SET status = ? WHERE id = ?", (commit.status, sid))
+    if commit.release_hold or commit.hold is not None:
+        conn.execute("UPDATE sessions SET hold = ? WHERE id = ?", (commit.hold, sid))
     if commit.reset_through is not None:
         conn.execute(
             "UPDATE sessions SET reset_through = ? WHERE id = ?", (commit.reset_through, sid)

@@ -47,8 +47,8 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
     sid = ids.find(conn, key)
     if sid is None:
         return StoredSession()
-    status, generation, reset_through = conn.execute(
-        "SELECT status, generation, reset_through FROM sessions WHERE id = ?", (sid,)
+    status, generation, reset_through, hold = conn.execute(
+        "SELECT status, generation, reset_through, hold FROM sessions WHERE id = ?", (sid,)
     ).fetchone()
     bodies = conn.execute(
         "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id", span(sid)
@@ -76,6 +76,7 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
         generation=generation,
         reset_through=reset_through,
         retired=retired,
+        hold=hold,
     )
 
 

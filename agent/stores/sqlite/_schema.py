@@ -165,6 +165,11 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (agent, session_id, kind, ref)
     );
     """,
+    # why a session is held (an operator's interrupt, a poison turn): its queued turns
+    # wait until the hold is released
+    """
+    ALTER TABLE sessions ADD COLUMN hold TEXT;
+    """,
 )
 
 TABLES: Final = frozenset(

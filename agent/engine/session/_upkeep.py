@@ -1,0 +1,86 @@
+"""`Upkeep`: what the runtime does to a session at start-up, in its sweep, and as it closes.
+
+None of it is for an application: it recovers what a stopped process left, picks
+up what another process wrote, carries out what others handed over, and lets
+the session go at close. `AgentSession.upkeep` is the runtime's handle on it.
+"""
+
+from __future__ import annotations
+
+from agent.engine.lease import drop_quietly
+from agent.engine.session._admission import Admission
+from agent.engine.session._cancel import Cancels
+from agent.engine.session._inbox import HandOverTarget, Inbox
+from agent.engine.session._state import SessionState
+from agent.engine.session._waiters import Waiters
+from agent.engine.session._worker import Worker
+from agent.engine.session._writer import Writer
+
+__all__ = ["Upkeep"]
+
+
+class Upkeep:
+    """The runtime's calls on one session."""
+
+    def __init__(
+        self,
+        session: HandOverTarget,
+        shared: SessionState,
+        *,
+        admission: Admission,
+        cancels: Cancels,
+        worker: Worker,
+        writer: Writer,
+        inbox: Inbox,
+        waiters: Waiters,
+    ) -> None:
+        self._session = session
+        self._shared = shared
+        self._admission = admission
+        self._cancels = cancels
+        self._worker = worker
+        self._writer = writer
+        self._inbox = inbox
+        self._waiters = waiters
+
+    async def recover(self, turn_id: str) -> None:
+        """Queue an unfinished turn found in the store (start-up recovery)."""
+        await self._admission.recover(turn_id)
+
+    def knows(self, turn_id: str) -> bool:
+        """Whether this process runs or queued ``turn_id``, or halted the session."""
+        shared = self._shared
+        return shared.halted is not None or turn_id == shared.active or turn_id in shared.queue
+
+    async def pick_up(self, turn_id: str) -> None:
+        """Queue an unfinished turn another process wrote meanwhile (the runtime's sweep)."""
+        await self._admission.pick_up(turn_id)
+
+    async def carry_out_inbox(self) -> int:
+        """Carry out what others handed to this session, if this process writes it; how many."""
+        async with self._writer.locked_and_leased(wait=False) as held:
+            if not held:
+                return 0  # the process that writes it carries them out
+        return await self._inbox.carry_out(self._session)
+
+    async def end_cancelled_suspend(self) -> None:
+        """End a suspend whose cancel was stored while it was being written (start-up)."""
+        await self._cancels.end_cancelled_suspend()
+
+    async def recover_reset(self) -> None:
+        """Carry out a reset that was asked for before the process stopped (start-up)."""
+        await self._admission.recover_reset()
+
+    async def let_go(self) -> None:
+        """Give up the session's lease as the runtime closes.
+
+        First the runs the close stopped are taken back from their turns' counts: a
+        clean stop is no death of the process (see `TurnRecord.runs`).
+        """
+        await self._worker.take_back_runs()
+        await drop_quietly(self._shared.lease)
+        self._shared.lease.forget()
+
+    def abandon_waiters(self) -> None:
+        """Tell everyone awaiting a turn that this runtime will not finish it."""
+        self._waiters.abandon()
