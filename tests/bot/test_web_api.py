@@ -14,6 +14,7 @@ from agent import (
     tool,
 )
 from agent.core.records import SessionKey
+from agent.errors import ModelError
 from agent.testing import ScriptedModel, call, reply
 from bot.offline import NOTING_NOTE
 from tests.bot.web_harness import ANA, BOB, TOKENS, serving
@@ -78,7 +79,14 @@ async def test_a_json_turn_waits_and_the_same_turn_id_replays_rather_than_runs_a
     assert again == first  # one note: the retried request did not run the tool again
     assert session["status"] == "idle"
     assert session["turns"] == [
-        {"turn_id": "t-1", "seq": 1, "status": "completed", "text": "buy milk", "by": "local"}
+        {
+            "turn_id": "t-1",
+            "seq": 1,
+            "status": "completed",
+            "text": "buy milk",
+            "by": "local",
+            "retry_of": None,
+        }
     ]
     assert session["pending"] is None
     assert session["last_event_id"] == 6
@@ -261,6 +269,42 @@ async def test_a_failing_authorize_answer_is_a_500_and_the_answer_stays_unapplie
     assert refused[0] == 403
     assert accepted[0] == 202
     assert result.text == "ok"
+
+
+async def test_a_failed_turn_is_retried_over_the_api_and_a_completed_one_refused(tmp_path):
+    tries: list[str] = []
+
+    def script(request):
+        tries.append(request.turn_id)
+        if request.turn_id == "t-1":
+            raise ModelError("the model is down", retryable=False)
+        return reply(f"answered {request.messages[0].text}")
+
+    async with serving(tmp_path, model=ScriptedModel(script), tools=[]) as served:
+        client = served.client()
+        status, failed = await client.post(
+            "/api/sessions/s1/turns", {"text": "hello", "turn_id": "t-1"}
+        )
+        retried = await client.post("/api/sessions/s1/turns/t-1/retry")
+        new_id = retried[1]["turn_id"]
+        done = await served.runtime.session("bot", "http:s1").result(new_id)
+        refused = await client.post(f"/api/sessions/s1/turns/{new_id}/retry")
+        unknown = await client.post("/api/sessions/s1/turns/nope/retry")
+        _, described = await client.get("/api/sessions/s1")
+
+    assert (status, failed["status"]) == (200, "failed")
+    assert retried[0] == 202
+    assert retried[1]["retry_of"] == "t-1"
+    assert retried[1]["status"] in {"queued", "running", "completed"}
+    assert done.text == "answered hello"
+    assert tries == ["t-1", new_id]
+    assert refused[0] == 409
+    assert "send its input again" in refused[1]["error"]["message"]
+    assert unknown[0] == 404
+    assert [(t["turn_id"], t["status"], t["retry_of"]) for t in described["turns"]] == [
+        ("t-1", "failed", None),
+        (new_id, "completed", "t-1"),
+    ]
 
 
 async def test_a_running_turn_is_cancelled_and_a_reset_archives_the_session(tmp_path):

@@ -1,4 +1,4 @@
-"""The API under ``/api``: turns, answers, cancels and resets, and each session's event stream.
+"""The API under ``/api``: turns, answers, cancels, retries and resets, and the event streams.
 
 The principal a token speaks for is the attested speaker of the turns it
 starts and the ``by`` of its answers: a request to approve is answered by
@@ -53,6 +53,7 @@ def api_app(api: Api) -> web.Application:
         ("POST", session + "/turns", _start_turn),
         ("POST", turn + "/resume", _resume),
         ("POST", turn + "/cancel", _cancel),
+        ("POST", turn + "/retry", _retry),
         ("POST", session + "/reset", _reset),
     ]
     for method, path, handler in routes:
@@ -132,6 +133,7 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
                     "status": record.status,
                     "text": record.input.text,
                     "by": record.input.user,
+                    "retry_of": record.retry_of,
                 }
                 for record in await session.turns()
             ],
@@ -247,6 +249,18 @@ async def _cancel(api: Api, request: web.Request) -> web.Response:
     turn_id = request.match_info["turn_id"]
     cancelled = await _session(api, request).cancel(turn_id)
     return web.json_response({"turn_id": turn_id, "cancelled": cancelled})
+
+
+async def _retry(api: Api, request: web.Request) -> web.Response:
+    # As a cancel: whoever may act on the session. The new turn speaks for whoever
+    # asked the first time, as a Slack retry does.
+    api.auth.principal(request)
+    turn_id = request.match_info["turn_id"]
+    session = _session(api, request)
+    new_id = await session.retry(turn_id)
+    record = await record_of(session, new_id)
+    status = "queued" if record is None else record.status
+    return web.json_response({"turn_id": new_id, "retry_of": turn_id, "status": status}, status=202)
 
 
 async def _reset(api: Api, request: web.Request) -> web.Response:
