@@ -91,13 +91,20 @@ CANCELLED = {
     "replaced": SUPERSEDED,
     "requested": "_(cancelled)_",
     "reset": "_(stopped: this conversation was reset)_",
-    "timeout": "_(stopped: this took longer than a turn may)_",
     "withdrawn": "_(withdrawn by an admin)_",
 }
 HELD = (
     "_(stopped: the bot went down each time it ran this turn, so it is held and will not "
     "run again by itself; an operator can retry or drop it with `python -m bot turns --held`)_"
 )
+INTERRUPTED = {
+    "held": HELD,
+    "timeout": "_(stopped: this took longer than a turn may)_",
+    "interrupted": "_(interrupted by an operator)_",
+    "lost": "_(stopped: the bot went down while answering this, and does not pick such "
+    "answers up again)_",
+}
+"""The closing line of a turn that ended interrupted, by its reason (`INTERRUPT_REASONS`)."""
 WORKING = "Working on it… Stop ends this turn here."
 """The message with the Stop button that a thread shows while its turn is at work."""
 
@@ -125,10 +132,8 @@ def held_firing(turn_id: str, reason: str, detail: str) -> str:
 
 
 def interrupted(reason: str, detail: str) -> str:
-    """The closing line of a turn the engine ended on its own (``turn.interrupted``)."""
-    if reason == "held":
-        return HELD
-    return f"_(stopped: {detail or reason})_"
+    """The closing line of a turn stopped for good rather than cancelled (``turn.interrupted``)."""
+    return INTERRUPTED.get(reason) or f"_(stopped: {detail or reason})_"
 
 
 WAITING_FOR_APPROVAL = (
@@ -156,6 +161,17 @@ ONLY_PARTICIPANTS_RESET = "Only the people in this thread, and admins, can start
 NOT_A_THREAD = "This message is not in a conversation of mine: there is nothing to start over."
 NOTHING_TO_STOP = "This reply has finished: there is nothing to stop."
 NOTHING_TO_WITHDRAW = "This request is no longer waiting for an answer."
+RETRY_OFFER = "This reply did not finish. Retry asks the same question again."
+"""Beside the Retry button under a failed or interrupted reply."""
+ONLY_ASKER_RETRIES = "Only the person who asked this, and admins, can retry it."
+NOTHING_TO_RETRY = "This question cannot be asked again from here: it was answered or reset."
+
+
+def retried_by(by: str, at: str) -> str:
+    """The Retry message once someone took it."""
+    return f"Retried by <@{by}> {at}"
+
+
 ANSWER_BY_MODAL_FAILED = "The answer form could not be opened just now; please try again."
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "CHOOSE",
     "DENY",
     "RESET_SHORTCUT",
+    "RETRY",
     "STOP",
     "WITHDRAW",
     "Decision",
@@ -44,6 +45,8 @@ __all__ = [
     "options_of",
     "read_decision",
     "read_view_address",
+    "retried_blocks",
+    "retry_blocks",
     "shown_answer",
     "stamp",
     "stop_blocks",
@@ -60,6 +63,8 @@ ANSWER = "turn_answer"
 """Opens the modal that takes a typed answer."""
 WITHDRAW = "turn_withdraw"
 STOP = "turn_stop"
+RETRY = "turn_retry"
+"""Asks a failed or interrupted turn again (the person who asked, admins)."""
 ANSWER_VIEW = "turn_answer_view"
 """The ``callback_id`` of the modal a typed answer is submitted with."""
 ANSWER_BLOCK = "answer"
@@ -212,6 +217,24 @@ def stop_blocks(session_id: str, turn_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def retry_blocks(session_id: str, turn_id: str, line: str) -> list[dict[str, Any]]:
+    """The message under a reply that did not finish: ``line``, and a Retry button."""
+    value = _value({"s": session_id, "t": turn_id, "i": ""})
+    return [
+        _context(line),
+        {
+            "type": "actions",
+            "block_id": f"retry:{turn_id}"[:255],
+            "elements": [_button("Retry", RETRY, value, style="primary")],
+        },
+    ]
+
+
+def retried_blocks(line: str) -> list[Any]:
+    """The same message once its Retry was taken: who took it, and no button."""
+    return [_context(line)]
+
+
 def working_blocks(session_id: str, turn_id: str, line: str) -> list[dict[str, Any]]:
     """The message a thread shows while its turn is at work: ``line``, and the Stop button."""
     return [_context(line), *stop_blocks(session_id, turn_id)]
@@ -229,7 +252,7 @@ def read_decision(action: dict[str, Any]) -> Decision | None:
             kind = "deny"
         elif CHOOSE.fullmatch(action_id):
             kind, option = "choose", int(address["o"])
-        elif action_id in (ANSWER, WITHDRAW, STOP):
+        elif action_id in (ANSWER, WITHDRAW, STOP, RETRY):
             kind = action_id.removeprefix("turn_")
         else:
             return None

@@ -6,6 +6,7 @@
   under the field (``response_action: errors``) and the modal stays open;
 - Withdraw (admins) ends the turn waiting on a request;
 - Stop (the person who asked, the thread's people, admins) cancels a running turn;
+- Retry (the person who asked, admins) asks a failed or interrupted turn again;
 - the *Start over* message shortcut (the thread's people, admins) resets the
   thread's session and says so in the thread. A slash command carries no
   thread, so a message shortcut is the way to name one.
@@ -23,7 +24,14 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import InputRequest, JsonValue, UnknownTurnError, UserAnswerer
+from agent import (
+    ConflictError,
+    InputRequest,
+    JsonValue,
+    SessionSuspendedError,
+    UnknownTurnError,
+    UserAnswerer,
+)
 from bot.slack.admin import is_admin
 from bot.slack.blocks import (
     ANSWER,
@@ -32,28 +40,34 @@ from bot.slack.blocks import (
     ANSWER_VIEW,
     CHOOSE,
     RESET_SHORTCUT,
+    RETRY,
     STOP,
     WITHDRAW,
     Decision,
     answer_view,
     read_decision,
     read_view_address,
+    retried_blocks,
+    stamp,
     who_may_answer,
 )
-from bot.slack.channel import SlackChannel
+from bot.slack.channel import SlackChannel, waiting_for
 from bot.slack.channel.decisions import shown_ts
 from bot.slack.channel.delivery import Thread, thread_of
 from bot.slack.inbound import session_id
 from bot.texts import (
     ANSWER_BY_MODAL_FAILED,
     NOT_A_THREAD,
+    NOTHING_TO_RETRY,
     NOTHING_TO_STOP,
     NOTHING_TO_WITHDRAW,
     ONLY_ADMINS_WITHDRAW,
+    ONLY_ASKER_RETRIES,
     ONLY_PARTICIPANTS_RESET,
     ONLY_PARTICIPANTS_STOP,
     invalid_answer,
     only_answerers,
+    retried_by,
     thread_reset,
 )
 
@@ -63,7 +77,7 @@ logger = logging.getLogger("bot.slack")
 
 
 def register_hatches(bolt: AsyncApp, channel: SlackChannel, client: AsyncWebClient) -> None:
-    """Add the listeners for options, typed answers, Withdraw, Stop and Start over."""
+    """Add the listeners for options, typed answers, Withdraw, Stop, Retry and Start over."""
     hatches = _Hatches(channel, client)
 
     async def on_option(ack: AsyncAck, body: dict[str, Any]) -> None:
@@ -90,7 +104,7 @@ def register_hatches(bolt: AsyncApp, channel: SlackChannel, client: AsyncWebClie
         channel.spawn(hatches.reset(body), name="start over")
 
     bolt.action(CHOOSE)(on_option)
-    for action_id in (ANSWER, WITHDRAW, STOP):
+    for action_id in (ANSWER, WITHDRAW, STOP, RETRY):
         bolt.action(action_id)(on_click)
     bolt.view_submission(ANSWER_VIEW)(on_answer)
     bolt.message_shortcut(RESET_SHORTCUT)(on_reset)
@@ -120,6 +134,8 @@ class _Hatches:
             await self.decisions.withdraw(decision, user, shown_ts(body))
         elif decision.action == "stop":
             await self._stop(decision, user, thread)
+        elif decision.action == "retry":
+            await self._retry(decision, user, thread, shown_ts(body))
 
     async def _open_answer(
         self, decision: Decision, user: str, thread: Thread, body: dict[str, Any]
@@ -187,6 +203,37 @@ class _Hatches:
             await self._tell(user, thread, NOTHING_TO_STOP)
         else:
             logger.info("turn %s stopped by %s", decision.turn_id, user)
+
+    async def _retry(
+        self, decision: Decision, user: str, thread: Thread, shown: str | None
+    ) -> None:
+        session = self.channel.runtime.session(self.channel.agent, decision.session_id)
+        asked = next((t for t in await session.turns() if t.turn_id == decision.turn_id), None)
+        if asked is None:
+            await self._tell(user, thread, NOTHING_TO_RETRY)
+            return
+        if asked.input.user != user and not await self.is_admin(user):
+            await self._tell(user, thread, ONLY_ASKER_RETRIES)
+            return
+        try:
+            new_id = await self.channel.retry(thread, decision.turn_id)
+        except SessionSuspendedError:
+            await self._tell(user, thread, await waiting_for(session))
+            return
+        except (ConflictError, UnknownTurnError) as exc:
+            logger.info("turn %s: a Retry was refused: %s", decision.turn_id, exc)
+            await self._tell(user, thread, NOTHING_TO_RETRY)
+            return
+        logger.info("turn %s retried as %s by %s", decision.turn_id, new_id, user)
+        if shown is None:
+            return
+        line = retried_by(user, stamp(None))
+        try:  # the button is spent: a second click would only show the same retry
+            await self.client.chat_update(
+                channel=thread.channel, ts=shown, text=line, blocks=retried_blocks(line)
+            )
+        except SlackApiError as exc:
+            logger.warning("turn %s: Retry left up: %s", decision.turn_id, exc)
 
     async def reset(self, body: dict[str, Any]) -> None:
         """The *Start over* shortcut on a message: reset the session of its thread."""

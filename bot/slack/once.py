@@ -37,6 +37,7 @@ __all__ = [
     "CannotTell",
     "find_posted",
     "look_for",
+    "look_for_button",
     "post_once",
     "tag",
 ]
@@ -162,6 +163,23 @@ async def look_for(
         logger.info("reading %s back again in %.2f s", where, wait)
         await asyncio.sleep(wait)
     raise AssertionError("unreachable")
+
+
+async def look_for_button(
+    client: AsyncWebClient, channel: str, thread_ts: str | None, metadata: dict[str, Any]
+) -> str | None:
+    """`look_for` a message that holds a button (Stop, Retry): None when it cannot tell.
+
+    Such a message matters less than the reply it sits under: one that cannot be
+    found is logged, and the reply goes on without it.
+    """
+    if thread_ts is None:
+        return None
+    try:
+        return await look_for(client, channel, thread_ts, metadata)
+    except CannotTell as exc:
+        logger.warning("the message %s is not known: %s", metadata.get("event_payload"), exc)
+        return None
 
 
 async def post_once(

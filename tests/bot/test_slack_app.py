@@ -18,7 +18,7 @@ import pytest
 from agent import SessionKey
 from bot.slack.inbound import session_id
 from bot.slack.reply import THINKING
-from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, SUPERSEDED, waiting_for_approval
+from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, RETRY_OFFER, SUPERSEDED, waiting_for_approval
 from tests.bot.slack_harness import (
     BOTH_NOTES,
     CHECKING_NOTE,
@@ -177,10 +177,11 @@ async def test_a_failed_turn_says_so_in_the_thread(bot: Bot):
 
     await bot.deliver(bot.envelope("app_mention", "<@U0BOT> explode", ts))
 
-    [said] = await bot.replies_in(ts)
+    said, offer = await bot.replies_in(ts, 2)
     assert said.startswith(FAILED_PREFIX)
     assert "the model's backend is down" in said
     assert "Traceback" not in said
+    assert offer == RETRY_OFFER
 
 
 async def test_health_check(bot: Bot):

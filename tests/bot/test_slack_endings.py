@@ -29,19 +29,34 @@ from agent import (
     ToolMessage,
     tool,
 )
+from agent.core.events import TurnInterrupted
 from agent.core.records import Commit, SessionKey
-from agent.core.turns import POISON_RUNS
+from agent.core.turns import INTERRUPT_REASONS, POISON_RUNS
+from agent.errors import ModelError
 from agent.testing import ScriptedModel, call, reply
 from bot.schedules import Firing, Schedule
 from bot.settings import Settings
 from bot.slack.app import bolt_app
 from bot.slack.blocks import STOP
 from bot.slack.channel import SlackChannel
+from bot.slack.channel.delivery import DeliveryState
+from bot.slack.channel.render import closing_line
+from bot.slack.channel.retrying import RETRY_EVENT
 from bot.slack.channel.stopping import STOP_EVENT
 from bot.slack.firing import ScheduleFailed, fire, fire_by_hand, has_fired
 from bot.slack.http import web_app
 from bot.slack.run import slack_client
-from bot.texts import HELD, ONLY_PARTICIPANTS_STOP, stopped_by, withdrawn_by
+from bot.texts import (
+    CANCELLED,
+    FAILED_PREFIX,
+    HELD,
+    INTERRUPTED,
+    ONLY_ASKER_RETRIES,
+    ONLY_PARTICIPANTS_STOP,
+    RETRY_OFFER,
+    stopped_by,
+    withdrawn_by,
+)
 from tests.bot.hatches_harness import click_on, running_hatches_bot, wait_until
 from tests.bot.slack_harness import SECRET, WAIT, Bot, PausingModel, announce, ask_for_approval
 from tests.fakes.local_server import serve_locally
@@ -49,6 +64,7 @@ from tests.fakes.slack_api import STREAM_METHODS, FakeSlack, Message
 
 WAITING = "wait for the signal"
 SAYING_WAITING = "say a word, then wait for the signal"
+FAILING = "fail the first time"
 
 
 @dataclasses.dataclass
@@ -74,6 +90,8 @@ def answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
         return reply(f"done: {last.result}")
+    if FAILING in last.text and not request.turn_id.endswith(".retry"):
+        raise ModelError("the model is down", retryable=False)
     if SAYING_WAITING in last.text:
         return reply("On it.", call("wait_for_signal", {}))
     if WAITING in last.text:
@@ -263,7 +281,7 @@ async def test_a_held_turn_tells_its_thread_once_and_not_again_at_the_next_start
     await held_at_next_start(tmp_path, session_id, turn_id)
 
     async with serving(tmp_path, slack, signal) as second:
-        [said] = await second.written_replies(ts)
+        said, offer = await second.written_replies(ts, 2)
         result = await second.runtime.session("bot", session_id).result(turn_id)
     assert isinstance(result, Interrupted)
     assert said.text.endswith(HELD)
@@ -272,8 +290,104 @@ async def test_a_held_turn_tells_its_thread_once_and_not_again_at_the_next_start
 
     async with serving(tmp_path, slack, signal) as third:
         assert await third.channel.resume_replies() == 0
-    assert [m.text for m in slack.replies(slack.channel_id, ts)] == [said.text]
+    assert [m.text for m in slack.replies(slack.channel_id, ts)] == [said.text, RETRY_OFFER]
+    assert offer.text == RETRY_OFFER  # a held turn may be retried from its thread
     assert not [c for c in slack.calls[posted:] if c.method.startswith("chat.")]
+
+
+async def test_an_operators_interrupt_ends_the_reply_saying_so_not_as_a_cancel(
+    tmp_path: Path, slack: FakeSlack
+):
+    signal = Signal()
+    async with serving(tmp_path, slack, signal) as bot:
+        ts = await mention(bot, SAYING_WAITING)
+        await asyncio.wait_for(signal.waiting.wait(), WAIT)
+        session_id, turn_id = turn_key(slack, ts)
+        session = bot.runtime.session("bot", session_id)
+        assert await session.interrupt_turn(turn_id)
+        said, offer = await bot.written_replies(ts, 2)
+        result = await session.result(turn_id)
+
+    assert isinstance(result, Interrupted)
+    assert said.text.startswith("On it.")
+    assert said.text.endswith(INTERRUPTED["interrupted"])
+    assert offer.text == RETRY_OFFER  # interrupted, not answered: it may be asked again
+    assert stop_messages(slack, ts) == []
+
+
+def retry_messages(slack: FakeSlack, ts: str) -> list[Message]:
+    return [
+        m
+        for m in slack.replies(slack.channel_id, ts)
+        if isinstance(m.metadata, dict) and m.metadata.get("event_type") == RETRY_EVENT
+    ]
+
+
+async def test_a_failed_reply_offers_retry_to_its_asker_who_gets_the_answer_in_the_thread(
+    tmp_path: Path, slack: FakeSlack
+):
+    slack.add_user("U0BEN", name="ben")
+    slack.join(slack.channel_id, "U0BEN")
+    async with serving(tmp_path, slack, Signal()) as bot:
+        ts = await mention(bot, FAILING)
+        said, offer = await bot.written_replies(ts, 2)
+        assert said.text.startswith(FAILED_PREFIX)
+        assert retry_messages(slack, ts) == [offer]
+        assert offer.text == RETRY_OFFER
+
+        await click_on(bot, offer, "Retry", "U0BEN")  # not the asker, nor an admin
+        assert await bot.ephemerals_to("U0BEN") == [ONLY_ASKER_RETRIES]
+        await click_on(bot, offer, "Retry", slack.user_id)
+
+        _, _, done = await bot.written_replies(ts, 3)
+        assert done.text == f"you said: {FAILING}"
+        session_id, turn_id = turn_key(slack, ts)
+        turns = await bot.runtime.session("bot", session_id).turns()
+        assert [(t.turn_id, t.status, t.retry_of) for t in turns] == [
+            (turn_id, "failed", None),
+            (f"{turn_id}.retry", "completed", turn_id),
+        ]
+        [spent] = retry_messages(slack, ts)
+        assert spent.text.startswith(f"Retried by <@{slack.user_id}>")
+        assert [b["type"] for b in spent.blocks] == ["context"]  # no button left
+
+        # a click that raced the first (the button still shown to it) shows nothing more
+        await click_on(bot, offer, "Retry", slack.user_id)
+        await bot.written_replies(ts, 3)
+        assert len(await bot.runtime.session("bot", session_id).turns()) == 2
+    assert len(slack.replies(slack.channel_id, ts)) == 3
+
+
+async def test_an_ending_shown_again_after_a_restart_does_not_post_a_second_retry(
+    tmp_path: Path, slack: FakeSlack
+):
+    async with serving(tmp_path, slack, Signal()) as first:
+        ts = await mention(first, FAILING)
+        said, _ = await first.written_replies(ts, 2)
+        session_id, turn_id = turn_key(slack, ts)
+        # as if the process died after the Retry went up, before the reply was let go
+        owed = DeliveryState(reply=said.ts, since=0)
+        await first.channel.decisions.renderer.deliveries.keep(session_id, turn_id, owed)
+
+    async with serving(tmp_path, slack, Signal()) as second:
+        await second.written_replies(ts, 2)
+    assert len(retry_messages(slack, ts)) == 1
+    assert len(slack.replies(slack.channel_id, ts)) == 2
+
+
+@pytest.mark.parametrize("reason", sorted(INTERRUPT_REASONS))
+def test_every_interrupt_reason_has_its_own_closing_line(reason: str):
+    ended = TurnInterrupted(
+        agent="bot",
+        session="s",
+        turn_id="t",
+        seq=1,
+        reason=reason,
+        detail=INTERRUPT_REASONS[reason],
+    )
+    line = closing_line(ended)
+    assert line == INTERRUPTED[reason]
+    assert line not in CANCELLED.values()
 
 
 async def test_a_withdrawn_request_ends_its_reply_naming_the_admin_once(tmp_path: Path):

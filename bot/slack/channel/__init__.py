@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from agent import AgentSession, TurnPolicy
     from bot.policies import PolicyBook
 
-__all__ = ["SlackChannel"]
+__all__ = ["SlackChannel", "waiting_for"]
 
 logger = logging.getLogger("bot.slack")
 
@@ -175,7 +175,7 @@ class SlackChannel:
             if intended:
                 await self._renderer.deliveries.keep(inbound.session_id, inbound.turn_id, None)
             speaker = inbound.input.user or ""
-            await self._renderer.tell(speaker, thread, await _waiting_for(session))
+            await self._renderer.tell(speaker, thread, await waiting_for(session))
             return False
         if session.was_handed_over(inbound.turn_id):
             return False  # another replica writes the thread: it runs the turn, and shows it
@@ -230,6 +230,39 @@ class SlackChannel:
         """Take a verified click on Approve or Deny; it is settled in a task of ours."""
         self._decisions.on_decision(body)
 
+    async def retry(self, thread: Thread, turn_id: str) -> str:
+        """Ask a failed or interrupted turn's question again in its thread, and show it.
+
+        The new turn is ``<turn id>.retry``, so a second click on the same Retry shows
+        that retry rather than making another. Its reply is promised to the thread
+        before the turn is admitted, as a message's is, so a process that dies between
+        the two shows it at the next start.
+
+        Returns:
+            The new turn's id.
+
+        Raises:
+            ConflictError: The turn cannot be retried (it completed, or has not ended).
+            UnknownTurnError: A reset archived it.
+            SessionSuspendedError: The thread waits for an approval.
+        """
+        new_id = f"{turn_id}.retry"
+        session = self.runtime.session(self.agent, thread.session_id)
+        if any(t.turn_id == new_id for t in await session.turns()):
+            return new_id  # retried already: whoever did shows it
+        # Promised first; a promise kept already is another click's, which shows it.
+        intended = await self._renderer.intend(thread, new_id)
+        try:
+            await session.retry(turn_id, new_turn_id=new_id)
+        except Exception:
+            if intended:  # nothing was admitted: nothing is owed
+                await self._renderer.deliveries.keep(thread.session_id, new_id, None)
+            raise
+        if intended and not self._watching.is_claimed(new_id):
+            self._watching.claim(new_id)
+            self.spawn(self._watching.reply(thread, new_id, since=0), name=f"reply {new_id}")
+        return new_id
+
     async def resume_replies(self) -> int:
         """Finish showing what a stopped process left unfinished or unshown (at start-up).
 
@@ -282,7 +315,7 @@ def _said_at(record: TurnRecord) -> float:
         return 0.0
 
 
-async def _waiting_for(session: AgentSession) -> str:
+async def waiting_for(session: AgentSession) -> str:
     """What to tell someone whose message the thread cannot take: who may answer, until when."""
     request = await session.pending()
     if request is None:

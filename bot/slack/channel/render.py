@@ -35,6 +35,7 @@ from agent import (
 from bot.slack.blocks import approval_blocks
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
 from bot.slack.channel.neighbours import Neighbours, ThreadsShowing
+from bot.slack.channel.retrying import RetryOffer
 from bot.slack.channel.stopping import StopMessage
 from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
@@ -123,6 +124,8 @@ class ReplyRenderer:
         try:
             if kept.reply is not None or taking_up:  # a Stop button a stopped process put up
                 await shown.stop.recover()
+            if taking_up:  # a stopped process may have shown the ending, Retry included
+                await shown.retry.recover()
             if kept.reply is not None:
                 await shown.adopt(kept.reply)
             elif taking_up and kept.opening:  # a stream opened before a crash, its ts unkept
@@ -233,6 +236,8 @@ class _ShownReply:
         where = thread if not self._proactive else Thread(thread.channel, None, thread.session_id)
         self.stop = StopMessage(renderer.client, where, turn_id, after=after)
         """The message with the turn's Stop button, while it is at work."""
+        self.retry = RetryOffer(renderer.client, thread, turn_id)
+        """The message with its Retry button, once it failed or was interrupted."""
         self._reply = ThreadReply(
             renderer.client,
             channel=thread.channel,
@@ -331,6 +336,8 @@ class _ShownReply:
         self._at_work = False
         await self.stop.remove()
         await self._reply.finish(whole=self._in_order(), note=closing_line(event, by))
+        if event.type in RETRYABLE_ENDINGS and not self._proactive:
+            await self.retry.show(after=self._reply.ts)
         # A turn nobody typed may be delivered again (its firing, twice): keep that it was
         # shown. Any other turn's state is forgotten: nothing is owed to its thread.
         done = DeliveryState(done=True) if self._proactive else None
@@ -364,6 +371,10 @@ class _ShownReply:
 
     def _in_order(self) -> list[str]:
         return [self._said[index] for index in sorted(self._said)]
+
+
+RETRYABLE_ENDINGS = frozenset({"turn.failed", "turn.interrupted"})
+"""The endings a reply offers Retry after: the bot could not answer (a cancel was asked for)."""
 
 
 def closing_line(event: TurnEvent, by: str | None = None) -> str | None:

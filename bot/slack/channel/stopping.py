@@ -25,7 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.blocks import working_blocks
 from bot.slack.channel.delivery import Thread
-from bot.slack.once import AMBIGUOUS, CannotTell, look_for, post_once, tag
+from bot.slack.once import AMBIGUOUS, CannotTell, look_for_button, post_once, tag
 from bot.texts import WORKING
 
 __all__ = ["STOP_EVENT", "StopMessage"]
@@ -62,14 +62,8 @@ class StopMessage:
 
     async def recover(self) -> None:
         """Take back the message a stopped process posted (it is deleted at the turn's end)."""
-        if self._thread.thread_ts is None:
-            return
-        try:
-            self._ts = await look_for(
-                self._client, self._thread.channel, self._thread.thread_ts, self._tag
-            )
-        except CannotTell as exc:  # the reply matters more than its button: go on without
-            logger.warning("turn %s: its Stop button is not known: %s", self._turn_id, exc)
+        thread = self._thread
+        self._ts = await look_for_button(self._client, thread.channel, thread.thread_ts, self._tag)
 
     async def show(self) -> None:
         """Post the message, unless it is up already (best effort: the turn goes on anyway)."""
