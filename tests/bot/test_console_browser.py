@@ -11,12 +11,15 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from agent import ModelRequest, TextDelta
 from agent.core.model import ModelStreamEvent
+from agent.errors import ModelError
+from agent.testing import ScriptedModel, reply
 from bot.offline import NOTING_NOTE, offline_model
 from tests.bot.web_harness import serving
 
@@ -157,3 +160,44 @@ async def test_cancel_and_reset_work_from_the_console(tmp_path, page):
 
     assert cancelled.status == "cancelled"
     assert reset_status == "new"
+
+
+async def test_a_failed_turn_is_retried_from_the_console_and_its_answer_shows(tmp_path, page):
+    def script(request: ModelRequest) -> Any:
+        if not request.turn_id.endswith(".retry"):
+            raise ModelError("the model is down", retryable=False)
+        return reply(f"answered {request.messages[-1].text}")
+
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    async with serving(tmp_path, model=ScriptedModel(script), tools=[]) as served:
+        await page.goto(served.base_url + "/")
+        await page.click("#new-session")
+        await page.fill("#composer", "what is the plan")
+        await page.press("#composer", "Enter")
+
+        failed = page.locator(".note.error", has_text="Turn failed")
+        await expect(failed).to_contain_text("the model is down", timeout=WAIT_MS)
+        retry = failed.locator("button.retry")
+        await retry.click()
+        await expect(page.locator(".msg.assistant").last).to_have_text(
+            "answered what is the plan", timeout=WAIT_MS
+        )
+        await expect(retry).to_have_text("Retried")
+        await expect(retry).to_be_disabled()
+        await expect(page.locator("body")).to_have_attribute("data-turn", "idle", timeout=WAIT_MS)
+        sid = await _selected(page)
+        turns = await served.runtime.session("bot", "http:" + sid).turns()
+
+        # read again from the store: the failed turn is marked, and offers no second retry
+        await page.reload()
+        await page.locator(f'#sessions [data-session="{sid}"]').click()
+        note = page.locator(".note.error", has_text="Turn failed")
+        await expect(note).to_have_count(1, timeout=WAIT_MS)
+        await expect(note.locator("button.retry")).to_have_count(0)
+
+    assert [(t.status, t.retry_of) for t in turns] == [
+        ("failed", None),
+        ("completed", turns[0].turn_id),
+    ]
+    assert errors == []
