@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from agent._json import JsonValue
 from agent.core.events import (
     ActionCompleted,
+    ActionProgress,
     ActionRequested,
     InputRequested,
     MessageCompleted,
@@ -170,6 +171,7 @@ __all__ = [
     "EXPIRED",
     "INTERRUPT_REASONS",
     "ActionCompleted",
+    "ActionProgress",
     "ActionRequested",
     "Agent",
     "AgentError",

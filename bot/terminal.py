@@ -28,6 +28,8 @@ class _Printer:
             sys.stdout.write(event.text)
         elif event.type == "action.requested":
             sys.stdout.write(f"\n  -> {event.name}({event.input})")
+        elif event.type == "action.progress":
+            sys.stdout.write(f"\n     {event.text}")
         elif event.type == "action.completed":
             sys.stdout.write(f"  = {event.error or event.result}\n")
         elif event.type == "input.requested":

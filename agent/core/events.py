@@ -1,8 +1,9 @@
 """Typed events every turn emits, as a pydantic union discriminated on ``type``.
 
-Live deltas (``message.delta``, ``reasoning.delta``) are never stored and never
-replayed. A stream of one turn ends on its terminal event: ``turn.completed``,
-``turn.failed``, ``turn.cancelled``, ``turn.interrupted`` or ``input.requested``.
+Live deltas (``message.delta``, ``reasoning.delta``) and a tool's progress
+(``action.progress``) are never stored and never replayed. A stream of one turn
+ends on its terminal event: ``turn.completed``, ``turn.failed``,
+``turn.cancelled``, ``turn.interrupted`` or ``input.requested``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from agent.core.messages import Usage
 __all__ = [
     "TERMINAL_EVENT_TYPES",
     "ActionCompleted",
+    "ActionProgress",
     "ActionRequested",
     "InputRequested",
     "MessageCompleted",
@@ -101,6 +103,20 @@ class ActionCompleted(_Event):
     error: str | None = None
 
 
+class ActionProgress(_Event):
+    """A running tool said how far it got (``ctx.progress``): shown live, never stored.
+
+    Like the deltas it is not in the transcript or the session's event log, the
+    model never sees it, and a replay does not repeat it; the process's own log
+    (``agent`` logger, INFO) keeps each line.
+    """
+
+    type: Literal["action.progress"] = "action.progress"
+    call_id: str
+    name: str
+    text: str
+
+
 class InputRequested(_Event):
     """The turn is suspended, waiting for a person."""
 
@@ -152,6 +168,7 @@ TurnEvent = Annotated[
     | MessageCompleted
     | ActionRequested
     | ActionCompleted
+    | ActionProgress
     | InputRequested
     | TurnCompleted
     | TurnFailed

@@ -41,6 +41,18 @@ class ToolContext:
     handle: StoreHandle | None = None
     inputs: AnswerLookup | None = None
     """Where ``request_input`` finds answers; only async tools have one."""
+    reporter: Callable[[str], None] | None = None
+    """Where ``progress`` sends a line; the engine gives every call one."""
+
+    def progress(self, text: str) -> None:
+        """Tell the person waiting how far the call got (``"Read 40 of 120 messages"``).
+
+        Shown live (the Slack task line, the console) as an ``action.progress`` event
+        and written to the process's log; never stored, never sent to the model, not
+        repeated by a replay. Cheap enough to call often; safe from a local tool too.
+        """
+        if self.reporter is not None:
+            self.reporter(text)
 
     def request_input(
         self,

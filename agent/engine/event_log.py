@@ -33,7 +33,7 @@ __all__ = ["DEFAULT_RETENTION", "EventLog", "LogEntry", "LogGap"]
 
 logger = logging.getLogger("agent")
 
-LIVE_ONLY = frozenset({"message.delta", "reasoning.delta"})
+LIVE_ONLY = frozenset({"message.delta", "reasoning.delta", "action.progress"})
 DEFAULT_RETENTION = 7 * 86_400.0
 """How long logged events are kept, in seconds: a week."""
 READ_PAGE = 500

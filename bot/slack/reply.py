@@ -33,6 +33,8 @@ logger = logging.getLogger("bot.slack")
 THINKING = "is thinking…"
 PLACEHOLDER = "…"
 MAX_STATUS = 150
+PROGRESS_EVERY = 1.0
+"""Seconds between two progress lines of a tool shown in Slack (the rest are dropped)."""
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
 
@@ -118,6 +120,7 @@ class ThreadReply:
         self._tasks = TaskLines()
         self._noted_status = False
         """Whether a note is the thread's status, to be cleared when the reply ends."""
+        self._last_progress = float("-inf")
 
     @property
     def ts(self) -> str | None:
@@ -195,6 +198,26 @@ class ThreadReply:
         if note and first and not self._streaming:
             self._noted_status = True
             await self._set_status(shortened(note, MAX_STATUS))
+
+    async def progress(self, call_id: str, text: str) -> None:
+        """Show what a running call says of its progress (``ctx.progress``), best effort.
+
+        A stream adds it under the call's task line; a reply that is not streamed
+        shows it as the thread's status. At most one line per `PROGRESS_EVERY`
+        seconds goes out: it is a live indicator, and the lines between are dropped.
+        """
+        now = self._clock()
+        if call_id not in self._tasks or now - self._last_progress < PROGRESS_EVERY:
+            return
+        self._last_progress = now
+        if self._streaming:
+            line = self._tasks.progress_line(call_id, text)
+            if line is not None:
+                await self._flush()  # the words so far go out first
+                await self._send([line])
+        else:
+            self._noted_status = True
+            await self._set_status(shortened(text, MAX_STATUS))
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""

@@ -23,6 +23,8 @@ class TaskLines:
         """Each call's first title: what it is called whatever its state."""
         self._latest: dict[str, tuple[str, str]] = {}
         """Each call's title and status as last shown."""
+        self._details: dict[str, int] = {}
+        """How many characters of details each call's card holds (Slack appends them)."""
 
     def __contains__(self, call_id: object) -> bool:
         return call_id in self._titles
@@ -36,7 +38,30 @@ class TaskLines:
         line["status"] = status
         if note and first:
             line["details"] = shortened(note, MAX_TASK_DETAILS)
+            self._details[call_id] = len(line["details"])
         return line
+
+    def progress_line(self, call_id: str, text: str) -> dict[str, str] | None:
+        """The chunk that adds ``text`` to a running call's details; None once they are full.
+
+        Slack appends a chunk's details to the card's, so each line is one more row
+        under the call, until the card holds `MAX_TASK_DETAILS` characters.
+        """
+        if call_id not in self._latest:
+            return None
+        held = self._details.get(call_id, 0)
+        added = f"\n{text}" if held else text
+        if held + len(added) > MAX_TASK_DETAILS:
+            return None
+        self._details[call_id] = held + len(added)
+        title, status = self._latest[call_id]
+        return {
+            "type": "task_update",
+            "id": call_id,
+            "title": title,
+            "status": status,
+            "details": added,
+        }
 
     def waiting_title(self, call_id: str) -> str:
         """The title of a call that waits for a person's answer."""

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
-from agent import ModelRequest, TextDelta
+from agent import ModelRequest, TextDelta, ToolContext, ToolMessage, tool
 from agent.core.model import ModelStreamEvent
 from agent.errors import ModelError
-from agent.testing import ScriptedModel, reply
+from agent.testing import ScriptedModel, call, reply
 from bot.offline import NOTING_NOTE, offline_model
 from tests.bot.web_harness import serving
 
@@ -201,3 +201,32 @@ async def test_a_failed_turn_is_retried_from_the_console_and_its_answer_shows(tm
         ("completed", turns[0].turn_id),
     ]
     assert errors == []
+
+
+async def test_a_tools_progress_shows_on_its_line_while_it_runs(tmp_path, page):
+    go = asyncio.Event()
+
+    @tool
+    async def read_everything(ctx: ToolContext) -> str:
+        """Read for a while, saying how far it got."""
+        ctx.progress("read 40 of 120 messages")
+        await go.wait()
+        return "read it all"
+
+    def script(request: ModelRequest) -> Any:
+        if isinstance(request.messages[-1], ToolMessage):
+            return reply("all read")
+        return reply("", call("read_everything", id="c1"))
+
+    async with serving(tmp_path, model=ScriptedModel(script), tools=[read_everything]) as served:
+        await page.goto(served.base_url + "/")
+        await page.click("#new-session")
+        await page.fill("#composer", "read the channel")
+        await page.press("#composer", "Enter")
+
+        said = page.locator(".tool-line .said")
+        await expect(said).to_have_text("read 40 of 120 messages", timeout=WAIT_MS)
+        go.set()
+        await expect(page.locator(".msg.assistant").last).to_have_text("all read", timeout=WAIT_MS)
+        await expect(said).to_have_count(0)  # live only: gone once the call ended
+        await expect(page.locator(".tool-line .res")).to_have_text("✓ done")

@@ -26,6 +26,7 @@ from agent import (
     Interrupted,
     ModelRequest,
     SQLiteStore,
+    ToolContext,
     ToolMessage,
     tool,
 )
@@ -65,6 +66,7 @@ from tests.fakes.slack_api import STREAM_METHODS, FakeSlack, Message
 WAITING = "wait for the signal"
 SAYING_WAITING = "say a word, then wait for the signal"
 FAILING = "fail the first time"
+READING = "read everything"
 
 
 @dataclasses.dataclass
@@ -86,6 +88,19 @@ def waiting_tool(signal: Signal) -> Any:
     return wait_for_signal
 
 
+def progress_tool(signal: Signal) -> Any:
+    @tool
+    async def read_everything(ctx: ToolContext) -> dict[str, Any]:
+        """Read for a while, saying how far it got."""
+        ctx.progress("read 40 of 120 messages")
+        ctx.progress("read 80 of 120 messages")  # within a second: not shown
+        signal.waiting.set()
+        await signal.go.wait()
+        return {"read": 120}
+
+    return read_everything
+
+
 def answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
@@ -96,6 +111,8 @@ def answer(request: ModelRequest) -> Any:
         return reply("On it.", call("wait_for_signal", {}))
     if WAITING in last.text:
         return reply("", call("wait_for_signal", {}))
+    if READING in last.text:
+        return reply("", call("read_everything", {}))
     return reply(f"you said: {last.text}")
 
 
@@ -109,7 +126,7 @@ async def serving(tmp_path: Path, slack: FakeSlack, signal: Signal) -> AsyncIter
         client = slack_client(
             Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
         )
-        tools = [announce, waiting_tool(signal)]
+        tools = [announce, waiting_tool(signal), progress_tool(signal)]
         agent = Agent(name="bot", model=model, tools=tools, tool_cancel_grace=0.05)
         runtime = AgentRuntime(store, agent)
         channel = SlackChannel(runtime, "bot", client, bot_user_id=slack.bot_user_id)
@@ -313,6 +330,47 @@ async def test_an_operators_interrupt_ends_the_reply_saying_so_not_as_a_cancel(
     assert said.text.endswith(INTERRUPTED["interrupted"])
     assert offer.text == RETRY_OFFER  # interrupted, not answered: it may be asked again
     assert stop_messages(slack, ts) == []
+
+
+async def test_a_tools_progress_shows_under_its_task_line_and_not_in_the_answer(
+    tmp_path: Path, slack: FakeSlack
+):
+    signal = Signal()
+    async with serving(tmp_path, slack, signal) as bot:
+        ts = await mention(bot, READING)
+        await asyncio.wait_for(signal.waiting.wait(), WAIT)
+        await wait_until(
+            lambda: any(
+                "read 40" in t.get("details", "")
+                for m in slack.replies(slack.channel_id, ts)
+                for t in m.tasks.values()
+            ),
+            "the progress line shown",
+        )
+        signal.go.set()
+        [said, *_] = await bot.written_replies(ts)
+
+    [task] = said.tasks.values()
+    assert task["details"] == "read 40 of 120 messages"  # one line a second at the most
+    assert task["status"] == "complete"
+    assert "read 40" not in said.text
+
+
+async def test_where_nothing_streams_a_tools_progress_is_the_threads_status(
+    tmp_path: Path, slack: FakeSlack
+):
+    slack.disable(*STREAM_METHODS)
+    signal = Signal()
+    async with serving(tmp_path, slack, signal) as bot:
+        ts = await mention(bot, READING)
+        await asyncio.wait_for(signal.waiting.wait(), WAIT)
+        await wait_until(
+            lambda: slack.status(slack.channel_id, ts) == "read 40 of 120 messages",
+            "the status says how far it got",
+        )
+        signal.go.set()
+        await bot.written_replies(ts)
+    assert slack.status(slack.channel_id, ts) == ""  # cleared as the reply ends
 
 
 def retry_messages(slack: FakeSlack, ts: str) -> list[Message]:

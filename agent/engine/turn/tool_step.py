@@ -37,6 +37,7 @@ from agent.definition.tools import (
     jsonable_result,
 )
 from agent.engine.turn.context import RunContext, StepFailed
+from agent.engine.turn.progress import ProgressLine
 from agent.errors import FatalToolError, ToolError
 
 __all__ = ["tool_step"]
@@ -55,12 +56,14 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
     asking = run.transcript[at]
     note = asking.note_before(call.id) if isinstance(asking, AssistantMessage) else ""
     run.emit(ActionRequested, call_id=call.id, name=call.name, input=call.input, note=note)
+    progress = ProgressLine(run, call)
     ctx = ToolContext(
         agent=run.key.agent,
         session_id=run.key.session_id,
         turn_id=run.turn_id,
         call_id=call.id,
         idempotency_key=idempotency_key(run.turn_id, call.id),
+        reporter=progress,
     )
     # a denied tool is no tool at all here, whatever the model was talked into
     tool = None if call.name in run.denied else run.agent.tools_by_name.get(call.name)
@@ -81,6 +84,8 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
                 message = await _remote_call(run, step, call, tool, arguments, ctx)
         except FatalToolError as exc:
             raise StepFailed(describe_error(exc), phase="tool", step=step, call_id=call.id) from exc
+        finally:
+            progress.close()
     run.emit(
         ActionCompleted,
         call_id=call.id,

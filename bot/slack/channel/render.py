@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
     ActionCompleted,
+    ActionProgress,
     ActionRequested,
     AgentRuntime,
     InputRequest,
@@ -293,6 +294,8 @@ class _ShownReply:
             await self._on_message(event)
         elif isinstance(event, ActionRequested):
             await self._reply.task(event.call_id, event.name, "in_progress", note=event.note)
+        elif isinstance(event, ActionProgress):
+            await self._reply.progress(event.call_id, event.text)
         elif isinstance(event, ActionCompleted):
             await self._reply.task(
                 event.call_id, event.name, "error" if event.error else "complete"
