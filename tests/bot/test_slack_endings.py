@@ -416,6 +416,21 @@ async def test_a_failed_reply_offers_retry_to_its_asker_who_gets_the_answer_in_t
     assert len(slack.replies(slack.channel_id, ts)) == 3
 
 
+async def test_a_workspace_admin_may_retry_someone_elses_failed_reply(
+    tmp_path: Path, slack: FakeSlack
+):
+    slack.add_user("U0ADMIN", name="admin", is_admin=True)
+    slack.join(slack.channel_id, "U0ADMIN")
+    async with serving(tmp_path, slack, Signal()) as bot:
+        ts = await mention(bot, FAILING)
+        _, offer = await bot.written_replies(ts, 2)
+        await click_on(bot, offer, "Retry", "U0ADMIN")
+        _, spent, done = await bot.written_replies(ts, 3)
+
+    assert done.text == f"you said: {FAILING}"
+    assert spent.text.startswith("Retried by <@U0ADMIN>")
+
+
 async def test_an_ending_shown_again_after_a_restart_does_not_post_a_second_retry(
     tmp_path: Path, slack: FakeSlack
 ):
