@@ -143,12 +143,17 @@ async def serving(tmp_path: Path, slack: FakeSlack, signal: Signal) -> AsyncIter
             await store.close()
 
 
-def stop_messages(slack: FakeSlack, ts: str) -> list[Message]:
+def tagged(slack: FakeSlack, ts: str, event_type: str) -> list[Message]:
+    """The thread's replies whose metadata says they are ``event_type``."""
     return [
         m
         for m in slack.replies(slack.channel_id, ts)
-        if isinstance(m.metadata, dict) and m.metadata.get("event_type") == STOP_EVENT
+        if isinstance(m.metadata, dict) and m.metadata.get("event_type") == event_type
     ]
+
+
+def stop_messages(slack: FakeSlack, ts: str) -> list[Message]:
+    return tagged(slack, ts, STOP_EVENT)
 
 
 def stop_posts(slack: FakeSlack) -> int:
@@ -374,11 +379,7 @@ async def test_where_nothing_streams_a_tools_progress_is_the_threads_status(
 
 
 def retry_messages(slack: FakeSlack, ts: str) -> list[Message]:
-    return [
-        m
-        for m in slack.replies(slack.channel_id, ts)
-        if isinstance(m.metadata, dict) and m.metadata.get("event_type") == RETRY_EVENT
-    ]
+    return tagged(slack, ts, RETRY_EVENT)
 
 
 async def test_a_failed_reply_offers_retry_to_its_asker_who_gets_the_answer_in_the_thread(
