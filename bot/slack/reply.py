@@ -24,17 +24,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.once import AMBIGUOUS, REPLY_EVENT, CannotTell, look_for, post_once, tag
 from bot.slack.reply_text import cut, markdown_chunk, squashed
-from bot.slack.task_lines import TaskLines, shortened
+from bot.slack.task_lines import TaskLines
+from bot.slack.thread_status import ThreadStatus
 
 __all__ = ["MAX_MESSAGE_CHARS", "ThreadReply"]
 
 logger = logging.getLogger("bot.slack")
 
-THINKING = "is thinking…"
 PLACEHOLDER = "…"
-MAX_STATUS = 150
-PROGRESS_EVERY = 1.0
-"""Seconds between two progress lines of a tool shown in Slack (the rest are dropped)."""
+PROGRESS_EVERY = 1.0  # seconds between two progress lines shown; those between are dropped
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
 
@@ -110,7 +108,7 @@ class ThreadReply:
         self._tagged = False
         """Whether the current message carries its tag (a stream gets it when it stops)."""
         self._last_flush = float("-inf")
-        self._status_set = False
+        self._status = ThreadStatus(client, channel, thread_ts)
         self._earlier = ""
         """What the reply's earlier messages say, once it went on past one."""
         self._part = 0
@@ -118,8 +116,6 @@ class ThreadReply:
         self._can_stream = thread_ts is not None
         """Until Slack refuses a stream here (a stream goes in a thread: never at top level)."""
         self._tasks = TaskLines()
-        self._noted_status = False
-        """Whether a note is the thread's status, to be cleared when the reply ends."""
         self._last_progress = float("-inf")
 
     @property
@@ -165,10 +161,8 @@ class ThreadReply:
 
     async def thinking(self) -> None:
         """Show that the turn is under way, until its first words arrive (best effort)."""
-        if self._status_set or self._ts is not None or self._thread_ts is None:
-            return
-        self._status_set = True
-        await self._set_status(THINKING)
+        if self._ts is None:
+            await self._status.thinking()
 
     async def add_text(self, text: str) -> None:
         """Add streamed text; it goes out with the next flush that is due."""
@@ -196,15 +190,12 @@ class ThreadReply:
             if self._streaming:
                 await self._send([line])
         if note and first and not self._streaming:
-            self._noted_status = True
-            await self._set_status(shortened(note, MAX_STATUS))
+            await self._status.note(note)
 
     async def progress(self, call_id: str, text: str) -> None:
-        """Show what a running call says of its progress (``ctx.progress``), best effort.
+        """Show a running call's ``ctx.progress``: under its task line, or as the status.
 
-        A stream adds it under the call's task line; a reply that is not streamed
-        shows it as the thread's status. At most one line per `PROGRESS_EVERY`
-        seconds goes out: it is a live indicator, and the lines between are dropped.
+        At most one line per `PROGRESS_EVERY` seconds: the lines between are dropped.
         """
         now = self._clock()
         if call_id not in self._tasks or now - self._last_progress < PROGRESS_EVERY:
@@ -216,8 +207,7 @@ class ThreadReply:
                 await self._flush()  # the words so far go out first
                 await self._send([line])
         else:
-            self._noted_status = True
-            await self._set_status(shortened(text, MAX_STATUS))
+            await self._status.note(text)
 
     async def waiting(self, call_id: str) -> None:
         """Show a call's task line as waiting (for a person's answer)."""
@@ -236,9 +226,7 @@ class ThreadReply:
         try:
             await self._finish(whole, note)
         finally:
-            if self._noted_status:  # a status set after the reply opened outlives it otherwise
-                self._noted_status = False
-                await self._set_status("")
+            await self._status.clear_note()
 
     async def _finish(self, whole: Sequence[str], note: str | None) -> None:
         # blanks aside: a split eats the paragraph break it cuts at
@@ -262,17 +250,6 @@ class ThreadReply:
             # Slack ended the stream before it took its tag: the update gives it one, so
             # that a restart finds this message as the reply's, not as a stray
             await self._update()
-
-    async def _set_status(self, status: str) -> None:
-        """Set (or, with "", clear) the thread's status line, best effort."""
-        if self._thread_ts is None:
-            return
-        try:
-            await self._client.assistant_threads_setStatus(
-                channel_id=self._channel, thread_ts=self._thread_ts, status=status
-            )
-        except SlackApiError as exc:  # not every conversation takes a status: no matter
-            logger.debug("no status for %s: %s", self._thread_ts, exc.response.get("error"))
 
     # -- plumbing --------------------------------------------------------------------
 

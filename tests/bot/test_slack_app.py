@@ -17,7 +17,7 @@ import pytest
 
 from agent import SessionKey
 from bot.slack.inbound import session_id
-from bot.slack.reply import THINKING
+from bot.slack.thread_status import THINKING
 from bot.texts import EXPIRED_REQUEST, FAILED_PREFIX, RETRY_OFFER, SUPERSEDED, waiting_for_approval
 from tests.bot.slack_harness import (
     BOTH_NOTES,

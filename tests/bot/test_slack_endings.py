@@ -41,7 +41,7 @@ from bot.slack.app import bolt_app
 from bot.slack.blocks import STOP
 from bot.slack.channel import SlackChannel
 from bot.slack.channel.delivery import DeliveryState
-from bot.slack.channel.render import closing_line
+from bot.slack.channel.endings import closing_line
 from bot.slack.channel.retrying import RETRY_EVENT
 from bot.slack.channel.stopping import STOP_EVENT
 from bot.slack.firing import ScheduleFailed, fire, fire_by_hand, has_fired

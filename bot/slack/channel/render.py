@@ -35,14 +35,15 @@ from agent import (
 )
 from bot.slack.blocks import approval_blocks
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
+from bot.slack.channel.endings import RETRYABLE_ENDINGS, closing_line
 from bot.slack.channel.neighbours import Neighbours, ThreadsShowing
 from bot.slack.channel.retrying import RetryOffer
 from bot.slack.channel.stopping import StopMessage
 from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
-from bot.texts import CANCELLED, FAILED_PREFIX, RETRYING, interrupted, stopped_by, withdrawn_by
+from bot.texts import RETRYING
 
-__all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "closing_line", "slack_error"]
+__all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "slack_error"]
 
 logger = logging.getLogger("bot.slack")
 
@@ -374,26 +375,6 @@ class _ShownReply:
 
     def _in_order(self) -> list[str]:
         return [self._said[index] for index in sorted(self._said)]
-
-
-RETRYABLE_ENDINGS = frozenset({"turn.failed", "turn.interrupted"})
-"""The endings a reply offers Retry after: the bot could not answer (a cancel was asked for)."""
-
-
-def closing_line(event: TurnEvent, by: str | None = None) -> str | None:
-    """The line a reply ends with when its turn ended without its answer.
-
-    ``by`` is who ended it from Slack (Stop, Withdraw), when this process knows.
-    """
-    if event.type == "turn.failed":
-        return f"{FAILED_PREFIX} {event.error}"
-    if event.type == "turn.cancelled":
-        if by is not None and event.reason in ("requested", "withdrawn"):
-            return stopped_by(by) if event.reason == "requested" else withdrawn_by(by)
-        return CANCELLED.get(event.reason, f"_(stopped: {event.reason})_")
-    if event.type == "turn.interrupted":
-        return interrupted(event.reason, event.detail)
-    return None
 
 
 def slack_error(exc: SlackApiError) -> Any:
