@@ -67,6 +67,7 @@ from agent.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    TurnSteered,
     is_terminal,
 )
 from agent.core.hitl import (
@@ -94,6 +95,7 @@ from agent.core.messages import (
 from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolSpec
 from agent.core.policy import SurfacePolicy, TurnPolicy
 from agent.core.records import SessionKey
+from agent.core.steering import Steered, Steering
 from agent.core.turns import (
     INTERRUPT_REASONS,
     Cancelled,
@@ -128,6 +130,7 @@ from agent.errors import (
     ResumeConflictError,
     RuntimeClosedError,
     SessionSuspendedError,
+    SteerRefusedError,
     StoreError,
     ToolError,
     TurnCancelledError,
@@ -225,6 +228,9 @@ __all__ = [
     "SessionKey",
     "SessionStore",
     "SessionSuspendedError",
+    "SteerRefusedError",
+    "Steered",
+    "Steering",
     "StoreError",
     "StoreHandle",
     "StoredAnswer",
@@ -256,6 +262,7 @@ __all__ = [
     "TurnRecord",
     "TurnResult",
     "TurnStarted",
+    "TurnSteered",
     "TurnSuspendedError",
     "UnknownTurnError",
     "Usage",

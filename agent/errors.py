@@ -8,7 +8,8 @@ The tree::
     │   └── StoreConflictError a conditional write found the record changed under it
     ├── ConflictError          the session is not in a state that allows this (HTTP 409)
     │   ├── SessionSuspendedError  a new turn while the session waits for a person
-    │   └── ResumeConflictError    a resume of a turn or request that is not waiting
+    │   ├── ResumeConflictError    a resume of a turn or request that is not waiting
+    │   └── SteerRefusedError      steering with no turn at work to take it
     ├── ResumeAuthorizationError   this resumer may not answer this request (HTTP 403)
     ├── InvalidAnswerError     the answer does not match the request's schema (HTTP 400)
     ├── AuthorizeAnswerError   the agent's ``authorize_answer`` hook failed (HTTP 500)
@@ -45,6 +46,7 @@ __all__ = [
     "ResumeConflictError",
     "RuntimeClosedError",
     "SessionSuspendedError",
+    "SteerRefusedError",
     "StoreConflictError",
     "StoreError",
     "ToolError",
@@ -85,6 +87,21 @@ class ConflictError(AgentError):
 
 class SessionSuspendedError(ConflictError):
     """A new turn was started while the session waits for a person's answer."""
+
+
+class SteerRefusedError(ConflictError):
+    """`AgentSession.steer` found no turn at work that may take the input.
+
+    ``reason`` is a word a caller can test: ``no_turn`` (nothing runs), ``suspended``
+    (the turn waits for a person), ``stopping`` (a cancel or interrupt is asked for)
+    or ``finishing`` (its final reply is being written). For each, starting a turn
+    of its own is what the input needs.
+    """
+
+    def __init__(self, message: str, *, reason: str, turn_id: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.turn_id = turn_id
 
 
 class ResumeConflictError(ConflictError):

@@ -29,6 +29,7 @@ __all__ = [
     "TurnFailed",
     "TurnInterrupted",
     "TurnStarted",
+    "TurnSteered",
     "is_terminal",
 ]
 
@@ -117,6 +118,19 @@ class ActionProgress(_Event):
     text: str
 
 
+class TurnSteered(_Event):
+    """Input sent to the running turn (`AgentSession.steer`) was placed at transcript ``index``.
+
+    The model reads it in its next call, after the results of the calls it made.
+    """
+
+    type: Literal["turn.steered"] = "turn.steered"
+    steer_id: str
+    text: str
+    by: str | None = None
+    index: int
+
+
 class InputRequested(_Event):
     """The turn is suspended, waiting for a person."""
 
@@ -169,6 +183,7 @@ TurnEvent = Annotated[
     | ActionRequested
     | ActionCompleted
     | ActionProgress
+    | TurnSteered
     | InputRequested
     | TurnCompleted
     | TurnFailed

@@ -96,13 +96,15 @@ class Usage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserMessage:
-    """What a person sent to open a turn."""
+    """What a person sent: a turn's opening, or input that steered the running turn."""
 
     role: Literal["user"] = "user"
     turn_id: str
     text: str
     user: str | None = None
     """The speaker's id, when the channel knows it."""
+    steer: str | None = None
+    """The steer's id when this message steered turn ``turn_id`` after it opened."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,11 +21,13 @@ from agent._json import JsonValue
 from agent.core.hitl import InboundEvent, InputRequest
 from agent.core.messages import Usage
 from agent.core.policy import TurnPolicy
+from agent.core.steering import Steering
 from agent.errors import TurnError
 
 __all__ = [
     "INTERRUPT_REASONS",
     "POISON_RUNS",
+    "STORED_APART",
     "TURN_STATUSES_ENDED",
     "TURN_STATUSES_UNFINISHED",
     "TURN_TRANSITIONS",
@@ -241,6 +243,9 @@ class TurnRecord:
     ``runs`` at `POISON_RUNS` had the process die under each of them."""
     retry_of: str | None = None
     """The turn this one answers again (an operator's retry of a held turn)."""
+    steering: tuple[Steering, ...] = ()
+    """The input that steered the turn, as `AgentSession.turns` lists it. Not stored with
+    the record: the transcript holds steering, and the steps what waits to be placed."""
 
     @property
     def is_unfinished(self) -> bool:
@@ -264,6 +269,9 @@ class SessionReset:
 
 
 TURN_RECORD_ADAPTER: TypeAdapter[TurnRecord] = TypeAdapter(TurnRecord)
+
+STORED_APART: Final[set[str]] = {"steering"}
+"""Fields of `TurnRecord` a store leaves out of the record's JSON: they are kept elsewhere."""
 
 
 def stop_result(turn_id: str, reason: str, detail: str = "") -> Cancelled | Interrupted:

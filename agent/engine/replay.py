@@ -19,8 +19,9 @@ from agent.core.events import (
     TurnEvent,
     TurnFailed,
     TurnInterrupted,
+    TurnSteered,
 )
-from agent.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
+from agent.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage, UserMessage
 from agent.core.records import SessionKey, StoredSession
 from agent.core.turns import (
     Cancelled,
@@ -54,7 +55,16 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
         message = state.transcript[index]
         if message.turn_id != record.turn_id:
             break
-        if isinstance(message, AssistantMessage):
+        if isinstance(message, UserMessage) and message.steer:
+            yield TurnSteered(
+                **base,
+                seq=next_seq(),
+                steer_id=message.steer,
+                text=message.text,
+                by=message.user,
+                index=index,
+            )
+        elif isinstance(message, AssistantMessage):
             calls.update((c.id, c) for c in message.tool_calls)
             if message.text:
                 yield MessageCompleted(**base, seq=next_seq(), text=message.text, index=index)

@@ -60,6 +60,7 @@ def test_public_names_are_pinned():
             "JsonValue", "StoredAnswer", "database_path", "is_terminal",
             "PostgresStore", "describe_database", "InboxWakeups",
             "INTERRUPT_REASONS", "WaitTimedOut", "ActionProgress",
+            "SteerRefusedError", "Steered", "Steering", "TurnSteered",
         ]
     )  # fmt: skip
     for name in agent.__all__:

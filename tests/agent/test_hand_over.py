@@ -170,6 +170,27 @@ async def test_an_interrupt_at_another_replica_stops_the_turn_where_it_runs(pair
     assert await b.session("a", "s1").held() is None  # one turn, not the session
 
 
+async def test_a_steer_at_another_replica_reaches_the_turn_where_it_runs(pair):
+    a_model, b_model, a, b = pair
+    await a.session("a", "s1").start("hold", turn_id="t1")
+    await asyncio.wait_for(a_model.holding.wait(), DEADLINE_SECONDS)
+
+    taken = await b.session("a", "s1").steer("and this", steer_id="m2", by="U2")
+    assert (taken.turn_id, taken.handed_over) == ("t1", True)
+    while await a.store.read_inbox(KEY):  # noqa: ASYNC110 - A takes it on its sweep
+        await asyncio.sleep(SWEEP)
+    a_model.go.set()
+    ended = await asyncio.wait_for(a.session("a", "s1").result("t1"), DEADLINE_SECONDS)
+
+    assert isinstance(ended, Completed)
+    assert ended.text == "A answers and this"  # A's model answered the steer too
+    assert a_model.asked == ["hold", "and this"]
+    assert b_model.asked == []
+    [record] = await a.session("a", "s1").turns()
+    assert [(s.steer_id, s.by) for s in record.steering] == [("m2", "U2")]
+    assert await a.store.read_inbox(KEY) == []
+
+
 async def test_a_hold_and_its_release_at_another_replica_are_carried_out_once(pair):
     a_model, _b_model, a, b = pair
     await a.session("a", "s1").start("hold", turn_id="t1")

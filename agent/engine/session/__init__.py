@@ -19,13 +19,15 @@ parts listed below it:
 - ``_inbox``: work handed to the process that writes the session by one that
   does not (replicas), and carrying it out there;
 - ``_lifecycle``: the calls on a turn's lifecycle beyond start and cancel (retry,
-  interrupts, holds, waits with a timeout), a base of `AgentSession`;
+  steer, interrupts, holds, waits with a timeout), a base of `AgentSession`;
+- ``_steering``: `AgentSession.steer`;
 - ``_state``: the state they share, and the invariants that span them;
 - ``_upkeep``: what the runtime does to the session (`AgentSession.upkeep`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -53,6 +55,7 @@ from agent.engine.session._holding import Holding
 from agent.engine.session._inbox import Inbox
 from agent.engine.session._lifecycle import LifecycleCalls
 from agent.engine.session._state import Observer, SessionState, suspend_is_ending, suspended_in
+from agent.engine.session._steering import Steers, steering_of
 from agent.engine.session._upkeep import Upkeep
 from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
@@ -89,6 +92,7 @@ class AgentSession(LifecycleCalls):
             self._shared, self._writer, self._worker, self._waiters, self._inbox
         )
         self._answers = Answers(self._shared, self._writer, self._worker, self._inbox)
+        self._steers = Steers(self._shared, self._writer, self._inbox)
         self._holding = Holding(
             self._shared, self._writer, self._worker, self._cancels, self._inbox
         )
@@ -138,8 +142,16 @@ class AgentSession(LifecycleCalls):
         return list((await self._shared.loaded()).transcript)
 
     async def turns(self) -> list[TurnRecord]:
-        """Every turn of the session, in admission order."""
-        return sorted((await self._shared.loaded()).turns.values(), key=lambda t: t.seq)
+        """Every turn of the session, in admission order, each with its `steering`."""
+        state = await self._shared.loaded()
+        records = sorted(state.turns.values(), key=lambda t: t.seq)
+        steers = self._shared.steers
+        return [
+            dataclasses.replace(t, steering=steered)
+            if (steered := steering_of(state, t, steers.pending(t.turn_id)))
+            else t
+            for t in records
+        ]
 
     async def archived(self, generation: int) -> Archive | None:
         """The history a reset archived as ``generation`` (None if there is no such one)."""

@@ -2,7 +2,7 @@
 
 Replicas behind a load balancer each get some of a thread's messages and clicks.
 A replica that cannot take a session's lease (another live replica holds it)
-hands the start, cancel, answer, reset, hold or release over: it checks what it
+hands the start, cancel, answer, reset, hold, release or steer over: it checks what it
 can on a fresh read (a suspended session refuses a start, an answer must come
 from someone allowed to give it), posts the item in the store, and the store
 wakes the other replicas. The owner carries each item out as it would its own
@@ -60,6 +60,10 @@ class HandOverTarget(Protocol):
     async def interrupt(self, why: str) -> list[str]: ...
 
     async def resume_session(self) -> bool: ...
+
+    async def steer(
+        self, text: str, *, turn_id: str | None, steer_id: str | None, by: str | None
+    ) -> object: ...
 
     async def settle_inbox_item(self, item: int) -> None: ...
 
@@ -203,5 +207,13 @@ async def _act(session: HandOverTarget, item: InboxItem) -> None:
         await session.interrupt(str(body.get("why", "")))
     elif item.kind == "release":
         await session.resume_session()
+    elif item.kind == "steer":
+        by = body.get("by")
+        await session.steer(
+            str(body.get("text", "")),
+            turn_id=str(body.get("turn_id")),
+            steer_id=item.ref,
+            by=by if isinstance(by, str) else None,
+        )
     else:
         logger.warning("%s: an inbox item of unknown kind %r is dropped", session.key, item.kind)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 
+from agent.core.steering import Steered
 from agent.core.turns import TurnResult, WaitTimedOut
 from agent.engine.session._admission import Admission
 from agent.engine.session._holding import Holding
 from agent.engine.session._state import SessionState
+from agent.engine.session._steering import Steers
 from agent.engine.session._waiters import Waiters
 
 __all__ = ["LifecycleCalls"]
@@ -24,7 +26,41 @@ class LifecycleCalls:
     _shared: SessionState
     _admission: Admission
     _holding: Holding
+    _steers: Steers
     _waiters: Waiters
+
+    async def steer(
+        self,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        steer_id: str | None = None,
+        by: str | None = None,
+    ) -> Steered:
+        """Add ``text`` to the turn at work; the model reads it in its next call.
+
+        The input is stored with the turn before this returns (a ``steer:`` step), and
+        placed in the transcript as a user message at the turn's next safe point: after
+        the results of the calls in flight, before the next model call. A reply that was
+        being streamed when it came stays, and the model is asked again with the steer.
+        A crash in between places it on the replay. `turns` lists each turn's steering.
+
+        Args:
+            text: What to add.
+            turn_id: The turn meant; refused if it is not the one at work.
+            steer_id: A caller-chosen id (a Slack message's): the same id twice is
+                taken once.
+            by: Who sent it (a verified id), kept with it.
+
+        Returns:
+            Which turn took it, under which id.
+
+        Raises:
+            SteerRefusedError: No turn is at work, it waits for a person's answer, it is
+                being stopped, or its final reply is already being written; ``reason``
+                says which. Start a turn with the input instead.
+        """
+        return await self._steers.steer(text, turn_id=turn_id, steer_id=steer_id, by=by)
 
     async def retry(self, turn_id: str, *, new_turn_id: str | None = None) -> str:
         """Answer a failed, cancelled or interrupted turn's input again as a new turn.

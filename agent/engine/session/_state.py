@@ -25,6 +25,7 @@ from agent.core.events import TurnEvent
 from agent.core.records import SessionKey, StoredSession
 from agent.core.turns import SessionReset, Suspended, TurnRecord, TurnResult, is_suspend_ending
 from agent.engine.lease import SessionLease
+from agent.engine.turn.steering import SteerBox
 from agent.errors import SessionSuspendedError, StoreError
 
 if TYPE_CHECKING:
@@ -92,6 +93,8 @@ class SessionState:
             seconds=host.lease_seconds,
             closed=lambda: host.is_closed,
         )
+        self.steers = SteerBox()
+        """Steers taken for the running turn and not placed in its transcript yet."""
         self.catching_up = asyncio.Lock()
         self.write_token: str | None = None
         """The lease token the admission in progress took; its writes are fenced by it."""

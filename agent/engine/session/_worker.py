@@ -196,6 +196,7 @@ class Worker:
             opened_here=turn_id in self._shared.opened_here,
             still_ours=lambda: self._shared.lease.confirm(token),
             stop_landed=self._shared.stop_landed,
+            steers=self._shared.steers,
         )
         self._shared.opened_here.discard(turn_id)
         self._shared.running = run
@@ -214,6 +215,7 @@ class Worker:
             return
         finally:
             self._shared.running = None
+            self._shared.steers.forget(turn_id)
         self._shared.counted.discard(turn_id)
         if isinstance(result, Suspended):
             self._shared.host.schedule_expiry(self._shared.key, result)

@@ -23,6 +23,7 @@ from agent.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    TurnSteered,
 )
 from agent.core.hitl import InputRequest, InputRequired
 from agent.core.messages import AssistantMessage, Usage
@@ -49,6 +50,7 @@ from agent.engine.turn.commits import (
 )
 from agent.engine.turn.context import Interrupted, RunContext, StepFailed
 from agent.engine.turn.model_step import model_step
+from agent.engine.turn.steering import PendingSteer, SteerBox, steer_step, steers_placed
 from agent.engine.turn.tool_step import tool_step
 from agent.errors import StoreError
 from agent.ports import SessionStore
@@ -73,12 +75,14 @@ class TurnRun:
         opened_here: bool = False,
         still_ours: Callable[[], Awaitable[None]] | None = None,
         stop_landed: Callable[[], Awaitable[None]] | None = None,
+        steers: SteerBox | None = None,
     ) -> None:
         """Set up one run of ``record``'s turn.
 
         ``opened_here``: this process's admission opened the turn just now, so this
         is its first run, counted in the opening commit already. ``stop_landed``:
         waits until a request to stop this turn is on disk (or was taken back).
+        ``steers``: the session's steers not yet placed (see `agent.engine.turn.steering`).
         """
         self._opened_here = opened_here
         self._counted = opened_here
@@ -94,6 +98,8 @@ class TurnRun:
             still_ours=still_ours,
         )
         self._stop_landed = stop_landed
+        self._steers = steers if steers is not None else SteerBox()
+        self._steers_read = False
 
     @property
     def turn_id(self) -> str:
@@ -108,6 +114,11 @@ class TurnRun:
         runtime takes the count back (see ``Worker.take_back_runs``).
         """
         return self._counted
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the turn is to stop (a stored cancel, its time limit), or None."""
+        return self._run.cancel_reason()
 
     def interrupt(self) -> None:
         """Stop at the next checkpoint boundary: a cancel request was stored for this turn.
@@ -249,10 +260,6 @@ class TurnRun:
                     f"{run.key}: turn {run.turn_id} is not at the end of the transcript "
                     f"(turn {last.turn_id} is); refusing to continue it out of order"
                 )
-            if isinstance(last, AssistantMessage) and not last.tool_calls:
-                # the reply that ends the turn is written, but the turn was never marked
-                # completed: mark it now
-                return await self._complete(last.text)
             owed, at = owed_calls(run.transcript, run.turn_id)
             if owed:
                 for call in owed:
@@ -261,9 +268,69 @@ class TurnRun:
                     await tool_step(run, at, call)
                 continue
             run.stop_if_cancelled()
+            if await self._place_steers():
+                continue
+            if isinstance(last, AssistantMessage) and not last.tool_calls:
+                # the reply that ends the turn is written, but the turn was never marked
+                # completed (or a steer came as it was written): mark it now
+                if self._steers.close_unless_steered(run.turn_id):
+                    return await self._complete(last.text)
+                continue
             final = await model_step(run, len(run.transcript))
-            if final is not None:
+            if final is None:
+                continue
+            if self._steers.close_unless_steered(run.turn_id):
                 return await self._complete(final.text, final.messages, final.steps)
+            # steered as the reply came: it stays, and the model answers the steer next
+            await run.commit(Commit(messages=final.messages, steps=final.steps))
+            if final.text:
+                run.emit(MessageCompleted, text=final.text, index=final.messages[0].index)
+
+    async def _place_steers(self) -> bool:
+        """Put the steers that landed into the transcript, in one commit; whether any was.
+
+        A replay first reads back the steers stored before the process stopped and
+        not yet placed.
+        """
+        run = self._run
+        if not self._steers_read:
+            self._steers_read = True
+            if self._is_replay():
+                await self._read_back_steers()
+        pending = self._steers.pending(run.turn_id)
+        if not pending:
+            return False
+        for steer in pending:
+            await asyncio.shield(steer.landed)
+        taken = [steer for steer in pending if steer.landed.result()]
+        self._steers.drop(run.turn_id, {steer.steer_id for steer in pending})
+        if not taken:
+            return False
+        at = len(run.transcript)
+        messages = tuple(
+            StoredMessage(at + i, steer.message(run.turn_id)) for i, steer in enumerate(taken)
+        )
+        await run.commit(Commit(messages=messages))
+        for stored, steer in zip(messages, taken, strict=True):
+            run.emit(
+                TurnSteered,
+                steer_id=steer.steer_id,
+                text=steer.text,
+                by=steer.by,
+                index=stored.index,
+            )
+        return True
+
+    async def _read_back_steers(self) -> None:
+        run = self._run
+        placed = steers_placed(run.transcript, run.turn_id, run.record.opening_index or 0)
+        prefix = steer_step(run.turn_id, "")
+        for step_id, memo in (await run.store.load_steps(run.key, run.turn_id)).items():
+            steer_id = step_id.removeprefix(prefix)
+            if not step_id.startswith(prefix) or steer_id in placed:
+                continue
+            if self._steers.find(run.turn_id, steer_id) is None:
+                self._steers.add(run.turn_id, PendingSteer.from_memo(steer_id, memo))
 
     async def _complete(
         self,

@@ -267,7 +267,10 @@ def turn_began_without_thinking(messages: Sequence[Message]) -> bool:
     must finish with it off.
     """
     first_reply: AssistantMessage | None = None
-    for message in reversed(messages):
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, UserMessage) and message.steer and i and _is_tool(messages[i - 1]):
+            continue  # a steer sent beside tool results goes in their user message
         if isinstance(message, (UserMessage, TriggerMessage)):
             break
         if isinstance(message, AssistantMessage) and message.content:
@@ -281,3 +284,7 @@ def message_size(message: Message) -> int:
     """A message's size in characters as it is sent: the cheap estimate of its tokens."""
     _, blocks = _role_and_blocks(message)
     return sum(len(json.dumps(block, ensure_ascii=False)) for block in blocks)
+
+
+def _is_tool(message: Message) -> bool:
+    return isinstance(message, ToolMessage)

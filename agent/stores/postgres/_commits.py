@@ -20,7 +20,7 @@ import psycopg
 from agent._json import dumps
 from agent.core.messages import MESSAGE_ADAPTER
 from agent.core.records import Commit, SessionKey
-from agent.core.turns import TURN_RECORD_ADAPTER
+from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores._rules import Lease
@@ -140,7 +140,13 @@ def _apply(conn: Conn, key: SessionKey, sid: int, commit: Commit) -> None:
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session, turn_id)"
                 " DO UPDATE SET status = excluded.status, record = excluded.record",
                 [
-                    (sid, t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
+                    (
+                        sid,
+                        t.turn_id,
+                        t.seq,
+                        t.status,
+                        TURN_RECORD_ADAPTER.dump_json(t, exclude=STORED_APART).decode(),
+                    )
                     for t in commit.turns
                 ],
             )

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 from agent._json import dumps
 from agent.core.messages import MESSAGE_ADAPTER
 from agent.core.records import Commit, SessionKey
-from agent.core.turns import TURN_RECORD_ADAPTER
+from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores._rules import Lease
@@ -97,7 +97,12 @@ def rows_of(commit: Commit) -> Rows:
     ]
     steps = [(s.turn_id, s.step_id, dumps(s.result)) for s in commit.steps]
     turns = [
-        (t.turn_id, t.seq, t.status, TURN_RECORD_ADAPTER.dump_json(t).decode())
+        (
+            t.turn_id,
+            t.seq,
+            t.status,
+            TURN_RECORD_ADAPTER.dump_json(t, exclude=STORED_APART).decode(),
+        )
         for t in commit.turns
     ]
     return Rows(messages, steps, turns, commit)
