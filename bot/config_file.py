@@ -22,6 +22,10 @@
     hours = 24                     # the default
     channels = { C0123456789 = 2 } # hours, by channel (where the approval is asked)
 
+    [follow_ups]                   # a message in a thread whose reply is still being written
+    mode = "replace"               # supersedes it (the default), "steer"s it, or "queue"s
+    channels = { C0123456789 = "steer" }
+
 A file with a mistake stops the bot at start, one line per problem, each naming
 where it is (``schedule 'daily': cron``, ``channels.C0123456789.mode``).
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -45,7 +49,7 @@ from pydantic import (
 from agent import ConfigError, SurfacePolicy
 from bot.schedules import CHANNEL_ID, Schedule
 
-__all__ = ["Approvals", "BotConfig", "load_bot_config"]
+__all__ = ["Approvals", "BotConfig", "FollowUpMode", "FollowUps", "load_bot_config"]
 
 DEFAULT_APPROVAL_HOURS = 24.0
 
@@ -55,9 +59,21 @@ _NOT_A_FIELD = {
     "surfaces": "not a field of a policy",
     "channels": "not a field of a policy",
     "approvals": "not a setting of approvals",
+    "follow_ups": "not a setting of follow-ups",
 }
 """What a misspelt field inside an entry is called, by the entry's table; at the top level,
 a misspelt setting."""
+
+
+V = TypeVar("V")
+
+
+def _by_channel_id(channels: dict[str, V]) -> dict[str, V]:
+    """``channels`` itself, once each of its keys is known to be a channel id."""
+    for channel in channels:
+        if not CHANNEL_ID.fullmatch(channel):
+            raise ValueError(f"{channel!r} is not a channel id (C0123456789)")
+    return channels
 
 
 class Approvals(BaseModel):
@@ -72,9 +88,7 @@ class Approvals(BaseModel):
     @field_validator("channels")
     @classmethod
     def _hours_by_channel(cls, channels: dict[str, float]) -> dict[str, float]:
-        for channel, hours in channels.items():
-            if not CHANNEL_ID.fullmatch(channel):
-                raise ValueError(f"{channel!r} is not a channel id (C0123456789)")
+        for channel, hours in _by_channel_id(channels).items():
             if not hours > 0:
                 raise ValueError(f"{channel}: {hours} hours: an approval must wait some time")
         return channels
@@ -82,6 +96,31 @@ class Approvals(BaseModel):
     def ttl(self, channel: str | None) -> float:
         """Seconds an approval asked in ``channel`` waits (the default outside a channel)."""
         return 3600.0 * self.channels.get(channel or "", self.hours)
+
+
+FollowUpMode = Literal["replace", "steer", "queue"]
+"""How a message in a thread whose reply is still being written is taken: it supersedes
+that reply (``replace``), is added to the turn at work (``steer``), or waits its turn."""
+
+
+class FollowUps(BaseModel):
+    """How a follow-up in a thread with a turn at work is taken, by channel."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: FollowUpMode | None = None
+    """Everywhere but the channels named; unset, ``REPLACE_IN_FLIGHT`` decides."""
+    channels: dict[str, FollowUpMode] = {}
+
+    @field_validator("channels")
+    @classmethod
+    def _channel_ids(cls, channels: dict[str, FollowUpMode]) -> dict[str, FollowUpMode]:
+        return _by_channel_id(channels)
+
+    def mode_in(self, channel: str, *, replace_in_flight: bool = True) -> FollowUpMode:
+        """The mode of follow-ups in ``channel``."""
+        default: FollowUpMode = "replace" if replace_in_flight else "queue"
+        return self.channels.get(channel, self.mode or default)
 
 
 class BotConfig(BaseModel):
@@ -98,14 +137,13 @@ class BotConfig(BaseModel):
     """Slack user ids who may change channel policies, besides the workspace's admins."""
     approvals: Approvals = Approvals()
     """How long approvals wait for an answer."""
+    follow_ups: FollowUps = FollowUps()
+    """How a follow-up in a thread with a turn at work is taken."""
 
     @field_validator("channels")
     @classmethod
     def _channel_ids(cls, channels: dict[str, SurfacePolicy]) -> dict[str, SurfacePolicy]:
-        for channel in channels:
-            if not CHANNEL_ID.fullmatch(channel):
-                raise ValueError(f"{channel!r} is not a channel id (C0123456789)")
-        return channels
+        return _by_channel_id(channels)
 
     @field_validator("admins")
     @classmethod

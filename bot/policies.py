@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent import Agent, ConfigError, SessionStore, SurfacePolicy, TurnPolicy, resolve_policy
-from bot.config_file import BotConfig
+from bot.config_file import BotConfig, FollowUps
 
 __all__ = ["SOURCE", "ChannelPolicy", "PolicyBook", "PolicyChange", "check_channel_policies"]
 
@@ -70,6 +70,11 @@ class PolicyBook:
     def admins(self) -> tuple[str, ...]:
         """Users the file lets change policies, besides the workspace's admins."""
         return self._config.admins
+
+    @property
+    def follow_ups(self) -> FollowUps:
+        """How a follow-up in a thread with a turn at work is taken, by channel (the file's)."""
+        return self._config.follow_ups
 
     async def for_channel(self, channel: str | None) -> TurnPolicy:
         """The policy a turn in ``channel`` starts under now."""

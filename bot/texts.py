@@ -87,6 +87,8 @@ def terminal_with_claude(model: str, database: str) -> str:
 FAILED_PREFIX = "Sorry, I could not finish this:"
 SUPERSEDED = "_(superseded by a newer message)_"
 RETRYING = "_(the reply broke off; asking again)_"
+FOLLOW_UP_TAKEN = "Taking in a follow-up"
+"""The task line of a message that steered the reply being written."""
 CANCELLED = {
     "replaced": SUPERSEDED,
     "requested": "_(cancelled)_",

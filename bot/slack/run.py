@@ -184,6 +184,7 @@ def slack_channel(
         slack.client,
         bot_user_id=slack.me.user_id,
         replace_in_flight=settings.replace_in_flight,
+        follow_ups=policies.follow_ups,
         policies=policies,
     )
 

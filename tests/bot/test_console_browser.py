@@ -7,6 +7,7 @@ Chromium comes from the machine's packages (``.ci/run`` installs Debian's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -209,8 +210,13 @@ async def test_a_tools_progress_shows_on_its_line_while_it_runs(tmp_path, page):
     @tool
     async def read_everything(ctx: ToolContext) -> str:
         """Read for a while, saying how far it got."""
-        ctx.progress("read 40 of 120 messages")
-        await go.wait()
+        # Progress is live only: a page whose event stream connects after a line went out
+        # never sees that line, so the tool says it again until it is let go, as a long
+        # read would.
+        while not go.is_set():
+            ctx.progress("read 40 of 120 messages")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(go.wait(), 0.1)
         return "read it all"
 
     def script(request: ModelRequest) -> Any:

@@ -135,12 +135,6 @@ async def replicas(
             await running.stopped()
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
 def holder_pid(postgres_url: str, session_id: str) -> int | None:
     """The pid of the process holding the session's lease now (its holder is host:pid:tag#n)."""
     with psycopg.connect(postgres_url) as conn:

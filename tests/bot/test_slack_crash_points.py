@@ -22,11 +22,11 @@ from agent.core.records import SessionKey
 from bot.slack.channel.delivery import DeliveryState
 from bot.texts import SUPERSEDED
 from tests.agent.crash_db import CrashDatabase
-from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, slack, until
+from tests.bot.test_slack_process import WAIT, Launch, launch, mention, post_signed, until
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply, Response
 from tests.fakes.slack_api import FakeSlack, Message
 
-__all__ = ["launch", "slack"]  # the process tests' fixtures, shared with the post kills
+__all__ = ["launch"]  # the process tests' fixtures, shared with the post kills
 
 FULL = "The deploy moved to Friday at noon, after the freeze."
 

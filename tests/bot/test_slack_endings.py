@@ -194,12 +194,6 @@ async def held_at_next_start(tmp_path: Path, session_id: str, turn_id: str) -> N
         await store.close()
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
 async def test_a_running_turn_shows_a_stop_button_its_asker_can_use_and_a_stranger_cannot(
     tmp_path: Path, slack: FakeSlack
 ):

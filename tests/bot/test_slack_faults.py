@@ -28,12 +28,6 @@ from tests.fakes.slack_api import FakeSlack
 MARK = tag("turnbot_reply", turn="T0TEAM:C0GENERAL:1.0", since=0, part=0)
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
 def client_of(slack: FakeSlack) -> AsyncWebClient:
     return slack_client(
         Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)

@@ -40,12 +40,12 @@ from agent import SQLiteStore
 from agent.core.records import SessionKey
 from agent.stores.postgres import PostgresStore
 from tests.agent.crash_db import CrashDatabase
-from tests.bot.test_slack_crash_points import launch, slack
+from tests.bot.test_slack_crash_points import launch
 from tests.bot.test_slack_process import Launch, Running, post_click, post_signed, until
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack, Message
 
-__all__ = ["launch", "slack"]  # the fixtures
+__all__ = ["launch"]  # the fixtures
 
 SEED = int(os.environ.get("LOAD_SEED", "19"))
 """The draw of kinds, kills and faults; LOAD_SEED=n replays another one."""

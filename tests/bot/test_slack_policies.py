@@ -26,12 +26,11 @@ from tests.bot.test_slack_process import (
     launch,
     post_signed,
     signed_post,
-    slack,
 )
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack
 
-__all__ = ["launch", "slack"]  # fixtures, used by name
+__all__ = ["launch"]  # fixtures, used by name
 
 SUPPORT = "C0SUPPORT"
 HOOKS = itertools.count(1)

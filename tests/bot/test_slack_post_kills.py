@@ -20,7 +20,7 @@ import pytest
 
 from tests.agent.crash_db import CrashDatabase
 from tests.bot.slack_harness import approval_in
-from tests.bot.test_slack_crash_points import killing, launch, slack, turn_completed
+from tests.bot.test_slack_crash_points import killing, launch, turn_completed
 from tests.bot.test_slack_process import (
     POSTED,
     POSTING,
@@ -34,7 +34,7 @@ from tests.bot.test_slack_process import (
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import FakeSlack, Message
 
-__all__ = ["launch", "slack"]  # the fixtures, shared with the reply's crash points
+__all__ = ["launch"]  # the fixtures, shared with the reply's crash points
 
 ASKED = "tell #random the deploy is at noon"
 

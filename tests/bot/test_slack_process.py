@@ -128,12 +128,6 @@ async def until(
     raise AssertionError(f"never: {what() if callable(what) else what}")
 
 
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
 Launch = Callable[..., Awaitable[Running]]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -50,12 +49,6 @@ async def command(
 
 def top_level(slack: FakeSlack) -> list[str]:
     return [m.text for m in slack.messages(slack.channel_id) if m.thread_ts is None]
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
 
 
 async def clear_of_a_minute_boundary() -> None:

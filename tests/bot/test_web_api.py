@@ -86,6 +86,7 @@ async def test_a_json_turn_waits_and_the_same_turn_id_replays_rather_than_runs_a
             "text": "buy milk",
             "by": "local",
             "retry_of": None,
+            "steering": [],
         }
     ]
     assert session["pending"] is None
@@ -304,6 +305,53 @@ async def test_a_failed_turn_is_retried_over_the_api_and_a_completed_one_refused
     assert [(t["turn_id"], t["status"], t["retry_of"]) for t in described["turns"]] == [
         ("t-1", "failed", None),
         (new_id, "completed", "t-1"),
+    ]
+
+
+async def test_a_running_turn_is_steered_over_the_api_and_a_steer_with_none_refused(tmp_path):
+    in_tool, tool_may_finish = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def look(ctx: ToolContext) -> str:
+        """Look around."""
+        in_tool.set()
+        await tool_may_finish.wait()
+        return "looked"
+
+    def script(request):
+        last = request.messages[-1]
+        if getattr(last, "steer", False):
+            return reply(f"steered by {last.text} from {last.user}")
+        if last.text == "look":
+            return reply("", call("look", id="c1"))
+        return reply("no steer seen")
+
+    async with serving(
+        tmp_path, model=ScriptedModel(script), tools=[look], tokens=TOKENS
+    ) as served:
+        client = served.client(ANA)
+        await client.post(
+            "/api/sessions/s1/turns", {"text": "look", "turn_id": "t-1", "wait": False}
+        )
+        await asyncio.wait_for(in_tool.wait(), 10)
+        body = {"text": "only the kitchen", "steer_id": "st-1"}
+        steered = await client.post("/api/sessions/s1/steer", body)
+        again = await client.post("/api/sessions/s1/steer", body)
+        tool_may_finish.set()
+        done = await served.runtime.session("bot", "http:s1").result("t-1")
+        late = await client.post("/api/sessions/s1/steer", {"text": "too late"})
+        empty = await client.post("/api/sessions/s1/steer", {"text": ""})
+        _, described = await client.get("/api/sessions/s1")
+
+    assert steered == (202, {"turn_id": "t-1", "steer_id": "st-1"})
+    assert again == steered  # the same steer id stores nothing more
+    assert done.text == "steered by only the kitchen from ana"
+    assert late[0] == 409
+    assert "no turn" in late[1]["error"]["message"]
+    assert (empty[0], empty[1]["error"]["field"]) == (400, "text")
+    [turn] = described["turns"]
+    assert [(s["steer_id"], s["text"], s["by"]) for s in turn["steering"]] == [
+        ("st-1", "only the kitchen", "ana")
     ]
 
 

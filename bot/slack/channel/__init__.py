@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import AgentRuntime, JsonValue, SessionKey, SessionSuspendedError, TurnEvent, TurnRecord
+from bot.config_file import FollowUps
 from bot.slack.blocks import stamp, who_may_answer
 from bot.slack.channel.decisions import Decisions
 from bot.slack.channel.delivery import Deliveries, Thread
+from bot.slack.channel.follow_ups import steered
 from bot.slack.channel.recovery import Recovery, check_target
 from bot.slack.channel.render import ReplyRenderer
 from bot.slack.channel.watching import REPLY_RETRIES, Watching
@@ -54,7 +56,10 @@ class SlackChannel:
         client: Slack's Web API, with the bot token.
         bot_user_id: The bot's own user id (``auth.test``).
         replace_in_flight: A newer message in a thread supersedes the thread's
-            unfinished turn (never one waiting for an approval).
+            unfinished turn (never one waiting for an approval), unless ``follow_ups``
+            says otherwise for the channel.
+        follow_ups: How a follow-up in a thread with a turn at work is taken, by
+            channel: it supersedes that turn, steers it, or queues behind it.
         flush_every: Seconds between appends to a streamed reply.
         policies: The policies turns start under, by channel.
         reply_retries: Seconds before each new try at a reply Slack could not take
@@ -69,6 +74,7 @@ class SlackChannel:
         *,
         bot_user_id: str,
         replace_in_flight: bool = True,
+        follow_ups: FollowUps | None = None,
         flush_every: float = 1.0,
         policies: PolicyBook | None = None,
         reply_retries: Sequence[float] = REPLY_RETRIES,
@@ -80,6 +86,7 @@ class SlackChannel:
         self.client = client
         self.bot_user_id = bot_user_id
         self.replace_in_flight = replace_in_flight
+        self.follow_ups = follow_ups or FollowUps()
         deliveries = Deliveries(runtime, agent)
         self._renderer = ReplyRenderer(runtime, agent, client, deliveries, flush_every=flush_every)
         self._watching = Watching(self._renderer, retries=reply_retries)
@@ -160,8 +167,11 @@ class SlackChannel:
         turns = await session.turns()
         if any(t.turn_id == inbound.turn_id for t in turns):
             return False  # admitted before: its reply is on its way, or landed
+        mode = self.follow_ups.mode_in(inbound.channel, replace_in_flight=self.replace_in_flight)
+        if mode == "steer" and await steered(session, inbound, turns):
+            return False  # the turn at work takes it in, and its reply shows that
         # a late retry of an older message must not supersede a newer one
-        replace = self.replace_in_flight and not any(
+        replace = mode == "replace" and not any(
             t.status in ("queued", "running") and _said_at(t) > float(inbound.input_ts)
             for t in turns
         )

@@ -30,6 +30,7 @@ from agent import (
     SessionKey,
     TurnEvent,
     TurnRecord,
+    TurnSteered,
     UnknownTurnError,
     is_terminal,
 )
@@ -41,7 +42,7 @@ from bot.slack.channel.retrying import RetryOffer
 from bot.slack.channel.stopping import StopMessage
 from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
 from bot.slack.reply import ThreadReply
-from bot.texts import RETRYING
+from bot.texts import FOLLOW_UP_TAKEN, RETRYING
 
 __all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "slack_error"]
 
@@ -297,6 +298,11 @@ class _ShownReply:
             await self._reply.task(event.call_id, event.name, "in_progress", note=event.note)
         elif isinstance(event, ActionProgress):
             await self._reply.progress(event.call_id, event.text)
+        elif isinstance(event, TurnSteered):
+            await self._reply.task(
+                f"steer-{event.steer_id}", FOLLOW_UP_TAKEN, "complete", note=event.text
+            )
+            self._step_ended = True
         elif isinstance(event, ActionCompleted):
             await self._reply.task(
                 event.call_id, event.name, "error" if event.error else "complete"

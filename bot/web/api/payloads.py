@@ -63,6 +63,16 @@ class ResumeBody(BaseModel):
     value: JsonValue
 
 
+class SteerBody(BaseModel):
+    """``POST .../steer``: input for the session's running turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    steer_id: str | None = Field(default=None, pattern=f"^{SESSION_ID_PATTERN}$")
+    """The same id again stores nothing more, as a turn id does for a turn."""
+
+
 async def read_body(request: web.Request, model: type[T]) -> T:
     """The request's JSON body as ``model``.
 

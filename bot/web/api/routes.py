@@ -24,6 +24,7 @@ from bot.web.api.payloads import (
     MAX_BODY,
     SESSION_ID_PATTERN,
     ResumeBody,
+    SteerBody,
     TurnBody,
     message_json,
     outcome_json,
@@ -54,6 +55,7 @@ def api_app(api: Api) -> web.Application:
         ("POST", turn + "/resume", _resume),
         ("POST", turn + "/cancel", _cancel),
         ("POST", turn + "/retry", _retry),
+        ("POST", session + "/steer", _steer),
         ("POST", session + "/reset", _reset),
     ]
     for method, path, handler in routes:
@@ -134,6 +136,10 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
                     "text": record.input.text,
                     "by": record.input.user,
                     "retry_of": record.retry_of,
+                    "steering": [
+                        {"steer_id": s.steer_id, "text": s.text, "by": s.by, "index": s.index}
+                        for s in record.steering
+                    ],
                 }
                 for record in await session.turns()
             ],
@@ -261,6 +267,13 @@ async def _retry(api: Api, request: web.Request) -> web.Response:
     record = await record_of(session, new_id)
     status = "queued" if record is None else record.status
     return web.json_response({"turn_id": new_id, "retry_of": turn_id, "status": status}, status=202)
+
+
+async def _steer(api: Api, request: web.Request) -> web.Response:
+    principal = api.auth.principal(request)
+    body = await read_body(request, SteerBody)
+    steered = await _session(api, request).steer(body.text, steer_id=body.steer_id, by=principal)
+    return web.json_response({"turn_id": steered.turn_id, "steer_id": steered.steer_id}, status=202)
 
 
 async def _reset(api: Api, request: web.Request) -> web.Response:
