@@ -109,6 +109,7 @@ from agent.core.turns import (
     WaitTimedOut,
 )
 from agent.definition.agent import Agent, RetryPolicy
+from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
 from agent.engine.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
@@ -173,6 +174,7 @@ __all__ = [
     "EFFORTS",
     "EXPIRED",
     "INTERRUPT_REASONS",
+    "OUTPUT_TOOL",
     "ActionCompleted",
     "ActionProgress",
     "ActionRequested",

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from agent._json import JsonValue
 from agent.core.messages import Usage
 
 __all__ = [
@@ -145,6 +146,8 @@ class TurnCompleted(_Event):
     text: str
     usage: Usage = Usage()
     """Tokens the turn's committed model steps used, summed."""
+    output: JsonValue = None
+    """The turn's machine result, when its agent declares ``output_type``."""
 
 
 class TurnFailed(_Event):
@@ -152,7 +155,7 @@ class TurnFailed(_Event):
 
     type: Literal["turn.failed"] = "turn.failed"
     error: str
-    phase: Literal["model", "tool"] | None = None
+    phase: Literal["model", "tool", "output"] | None = None
     step: str | None = None
 
 

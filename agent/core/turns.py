@@ -163,6 +163,9 @@ class Completed:
     text: str
     usage: Usage | None = field(default=None, compare=False)
     """Tokens the turn's committed model steps used, summed (not part of equality)."""
+    output: JsonValue = None
+    """The machine result, validated against the agent's ``output_type`` (None without one):
+    ``agent.output_type.model_validate(result.output)`` gives it back typed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,7 +175,8 @@ class Failed:
     status: Literal["failed"] = "failed"
     turn_id: str
     error: str
-    phase: Literal["model", "tool"] | None = None
+    phase: Literal["model", "tool", "output"] | None = None
+    """``output``: the model's result was missing or invalid after the agent's retries."""
     step: str | None = None
 
 

@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from agent.core.hitl import AuthorizeAnswer
 from agent.core.model import ToolSpec
 from agent.core.policy import SurfacePolicy
+from agent.definition.output import OUTPUT_TOOL, output_tool
 from agent.definition.tools import Tool
 from agent.errors import ConfigError
 from agent.ports import Model
@@ -75,6 +78,12 @@ class Agent:
     overlays: Mapping[str, str] = field(default_factory=dict)
     """Instructions per source (from ``instructions.<source>.md``), laid over the base
     ones as the source's policy says."""
+    output_type: type[BaseModel] | None = None
+    """A turn's machine result, beside the reply: the model gives it through the
+    ``final_result`` tool and the turn completes with it validated (``Completed.output``)."""
+    output_retries: int = 2
+    """How often the model is asked again when its result is missing or does not
+    validate; past that the turn fails (phase ``output``)."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 
@@ -89,14 +98,19 @@ class Agent:
             )
         if not self.tool_cancel_grace >= 0:
             raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
+        if self.output_retries < 0:
+            raise ConfigError(f"agent {self.name}: output_retries must be 0 or more")
+        tools = list(self.tools)
+        if self.output_type is not None:
+            tools.append(output_tool(self.output_type, agent=self.name))
         by_name: dict[str, Tool] = {}
-        for t in self.tools:
+        for t in tools:
             if t.name in by_name:
                 raise ConfigError(f"agent {self.name}: two tools are named {t.name!r}")
             by_name[t.name] = t
         object.__setattr__(self, "tools_by_name", by_name)
         # built once: schemas are derived by pydantic and would cost every step
-        object.__setattr__(self, "tool_specs", tuple(t.spec for t in self.tools))
+        object.__setattr__(self, "tool_specs", tuple(t.spec for t in tools))
         for source, surface in self.surfaces.items():
             self.check_surface(f"surface {source!r}", surface)
             if "mode" in surface.model_fields_set and self.source_instructions(source) is None:
@@ -122,6 +136,11 @@ class Agent:
         Raises:
             ConfigError: Naming ``where`` and the tool.
         """
+        if self.output_type is not None and OUTPUT_TOOL in surface.deny_tools:
+            raise ConfigError(
+                f"agent {self.name}: {where}: deny_tools names {OUTPUT_TOOL}, the tool through "
+                "which this agent's turns give their result; it cannot be denied"
+            )
         for field_name in ("deny_tools", "allow_tools"):
             unknown = sorted(set(getattr(surface, field_name)) - set(self.tools_by_name))
             if unknown:

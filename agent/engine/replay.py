@@ -88,7 +88,13 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
             )
     ending = None if record.is_unfinished else record.result
     if isinstance(ending, Completed):
-        yield TurnCompleted(**base, seq=next_seq(), text=ending.text, usage=ending.usage or Usage())
+        yield TurnCompleted(
+            **base,
+            seq=next_seq(),
+            text=ending.text,
+            usage=ending.usage or Usage(),
+            output=ending.output,
+        )
     elif isinstance(ending, Failed):
         yield TurnFailed(
             **base, seq=next_seq(), error=ending.error, phase=ending.phase, step=ending.step

@@ -14,13 +14,16 @@ from typing import Any
 import anthropic
 import pytest
 from aiohttp import web
+from pydantic import BaseModel
 
 from agent import (
+    OUTPUT_TOOL,
     Agent,
     AgentRuntime,
     AnthropicModel,
     AnthropicSettings,
     AssistantMessage,
+    Completed,
     ConfigError,
     SQLiteStore,
     ThinkingBlock,
@@ -382,3 +385,43 @@ def test_a_blank_model_is_refused_by_the_engine_and_means_the_default_to_the_bot
 
     settings = Settings(anthropic_model="  ", _env_file=None)  # ANTHROPIC_MODEL= in a .env
     assert settings.anthropic_model == "claude-sonnet-5-5"
+
+
+class Forecast(BaseModel):
+    """Tomorrow's weather in one city."""
+
+    city: str
+    high_c: float
+
+
+def forecast(body: dict[str, Any]) -> Reply:
+    """The answer and the result in one reply, as an agent with a result type asks."""
+    result = {"city": "Paris", "high_c": 24.0}
+    return Reply.tool(OUTPUT_TOOL, result, id="toolu_r", text="Sunny in Paris, 24 degrees.")
+
+
+@pytest.mark.parametrize(
+    ("model", "settings"),
+    [c for c in combinations() if str(c.id).endswith(("-defaults", "-thinking"))],
+)
+@pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")  # the SDK's
+async def test_a_result_type_gets_a_request_every_model_accepts_with_thinking_on(
+    sqlite_store, model, settings
+):
+    async with FakeAnthropic(forecast) as api:
+        base = AnthropicSettings(api_key="test-key", base_url=api.base_url, max_retries=0)
+        made = AnthropicModel(replace(base, model=model, **settings))
+        agent = Agent(name="a", model=made, instructions="Be brief.", output_type=Forecast)
+        async with AgentRuntime(sqlite_store, agent) as runtime:
+            done = await runtime.session("a", "s1").turn("Weather in Paris tomorrow?")
+        await made.aclose()
+
+    assert isinstance(done, Completed)
+    assert (done.text, done.output) == (
+        "Sunny in Paris, 24 degrees.",
+        {"city": "Paris", "high_c": 24.0},
+    )
+    [sent] = api.requests
+    # a forced tool_choice is refused with thinking on: the result tool is offered, never forced
+    assert "tool_choice" not in sent
+    assert [t["name"] for t in sent["tools"]] == [OUTPUT_TOOL]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import BaseModel
 
 from agent import (
+    OUTPUT_TOOL,
     AnswerCheck,
     SQLiteStore,
     StoreError,
@@ -306,6 +308,37 @@ async def test_a_failed_turn_is_retried_over_the_api_and_a_completed_one_refused
         ("t-1", "failed", None),
         (new_id, "completed", "t-1"),
     ]
+
+
+class Verdict(BaseModel):
+    """Whether the deploy may go ahead."""
+
+    go: bool
+
+
+async def test_a_turn_of_an_agent_with_a_result_type_answers_its_output(tmp_path):
+    def script(request):
+        if request.messages[0].text == "bad":
+            return reply("", call(OUTPUT_TOOL, {"go": "perhaps"}))
+        return reply("Go ahead.", call(OUTPUT_TOOL, {"go": True}))
+
+    model = ScriptedModel(script)
+    async with serving(tmp_path, model=model, tools=[], output_type=Verdict) as served:
+        client = served.client()
+        good = await client.post("/api/sessions/s1/turns", {"text": "deploy?"})
+        bad = await client.post("/api/sessions/s2/turns", {"text": "bad"})
+
+    assert good == (
+        200,
+        {
+            "turn_id": good[1]["turn_id"],
+            "status": "completed",
+            "text": "Go ahead.",
+            "output": {"go": True},
+        },
+    )
+    assert (bad[0], bad[1]["status"], bad[1]["phase"]) == (200, "failed", "output")
+    assert "go: Input should be a valid boolean" in bad[1]["error"]
 
 
 async def test_a_running_turn_is_steered_over_the_api_and_a_steer_with_none_refused(tmp_path):

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from pydantic import BaseModel
 
 from agent import (
     Agent,
@@ -153,6 +154,7 @@ async def serving(
     store_class: type[SQLiteStore] = SQLiteStore,
     retry_delays: Sequence[float] = (0.01,),
     poll_seconds: float = 0.05,
+    output_type: type[BaseModel] | None = None,
 ) -> AsyncIterator[Served]:
     """The API of an agent (the offline one by default) on SQLite, on a free loopback port."""
     agent = Agent(
@@ -161,6 +163,7 @@ async def serving(
         instructions="You help.",
         tools=list(tools),
         authorize_answer=authorize_answer,
+        output_type=output_type,
     )
     store = await store_class.open(folder / "bot.db")
     runtime = AgentRuntime(store, agent)

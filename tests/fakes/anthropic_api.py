@@ -62,6 +62,7 @@ import hashlib
 import inspect
 import json
 import math
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -261,6 +262,7 @@ def _check_request(
     if not isinstance(messages, list) or not messages:
         raise _Rejected("messages: at least one message is required")
     _check_system(body.get("system"))
+    _check_tools(body.get("tools"))
     _check_roles(messages)
     for index, message in enumerate(messages):
         _check_content(index, message, is_last=index == len(messages) - 1)
@@ -273,6 +275,35 @@ def _check_request(
     check_model_rules(body, model, counting=counting, betas=betas)
     _check_thinking(body)
     return model
+
+
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+
+
+def _check_tools(tools: Any) -> None:
+    """A custom tool's name and input schema, as the API's own validation words them."""
+    names: set[str] = set()
+    for index, definition in enumerate(tools or []):
+        if not isinstance(definition, dict) or definition.get("type") not in (None, "custom"):
+            continue  # the server tools have shapes of their own
+        where = f"tools.{index}.custom"
+        name = definition.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise _Rejected(f"{where}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
+        schema = definition.get("input_schema")
+        if not isinstance(schema, dict):
+            raise _Rejected(f"{where}.input_schema: Field required")
+        if schema.get("type") != "object":
+            raise _Rejected(f"{where}.input_schema.type: Input should be 'object'")
+        if not all(_PROPERTY_KEY.fullmatch(key) for key in schema.get("properties") or {}):
+            raise _Rejected(
+                f"{where}.input_schema.properties: Property keys should match pattern "
+                "'^[a-zA-Z0-9_.-]{1,64}$'"
+            )
+        if name in names:
+            raise _Rejected("tools: Tool names must be unique.")
+        names.add(name)
 
 
 def _check_system(system: Any) -> None:

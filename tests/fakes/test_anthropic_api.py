@@ -316,6 +316,30 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("unknown model", {"model": "claude-fake-1"}, "model: claude-fake-1"),
     (
+        "a tool name with a dot",
+        {"tools": [{"name": "mcp.search", "input_schema": {"type": "object"}}]},
+        "tools.0.custom.name: String should match pattern",
+    ),
+    (
+        "a tool without an object schema",
+        {"tools": [{"name": "search", "input_schema": {"type": "string"}}]},
+        "tools.0.custom.input_schema.type: Input should be 'object'",
+    ),
+    (
+        "a property key with a space",
+        {
+            "tools": [
+                {"name": "search", "input_schema": {"type": "object", "properties": {"a b": {}}}}
+            ]
+        },
+        "Property keys should match pattern",
+    ),
+    (
+        "two tools of one name",
+        {"tools": [{"name": "search", "input_schema": {"type": "object"}}] * 2},
+        "Tool names must be unique",
+    ),
+    (
         "thinking the fake never sent",
         {"messages": [*HELLO, {"role": "assistant", "content": [THOUGHT]}, *HELLO]},
         "messages.1.content.0: Invalid `signature` in `thinking` block",

@@ -18,6 +18,7 @@ from agent.core.events import TurnEvent
 from agent.core.records import Commit, SessionKey, StoredSession, apply_commit
 from agent.core.turns import TurnRecord
 from agent.definition.agent import Agent
+from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy
 from agent.ports import SessionStore
 
@@ -83,7 +84,9 @@ class RunContext:
         policy = given.policy or (
             resolve_policy(agent, given.event.source) if given.event else None
         )
-        self.denied = frozenset(policy.deny_tools) if policy else frozenset()
+        denied = frozenset(policy.deny_tools) if policy else frozenset()
+        # the tool that gives the turn's result is the agent's contract, not a policy's
+        self.denied = denied - {OUTPUT_TOOL} if agent.output_type is not None else denied
         """Tools this turn's policy denies: never listed, and called, unknown."""
         self.system = policy.system if policy else agent.instructions
         self.tool_specs = tuple(s for s in agent.tool_specs if s.name not in self.denied)

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
+from agent._json import JsonValue
 from agent.core.events import (
     InputRequested,
     MessageCompleted,
@@ -50,6 +51,7 @@ from agent.engine.turn.commits import (
 )
 from agent.engine.turn.context import Interrupted, RunContext, StepFailed
 from agent.engine.turn.model_step import model_step
+from agent.engine.turn.output import ask_for_output, settle_output
 from agent.engine.turn.steering import PendingSteer, SteerBox, steer_step, steers_placed
 from agent.engine.turn.tool_step import tool_step
 from agent.errors import StoreError
@@ -270,7 +272,12 @@ class TurnRun:
             run.stop_if_cancelled()
             if await self._place_steers():
                 continue
-            if isinstance(last, AssistantMessage) and not last.tool_calls:
+            if run.agent.output_type is not None:
+                if (done := await settle_output(run, self._steers, last)) is not None:
+                    return await self._complete(done.text, output=done.value)
+                if isinstance(last, AssistantMessage) and not last.tool_calls:
+                    continue  # the reply gave no result: the model was asked for it
+            elif isinstance(last, AssistantMessage) and not last.tool_calls:
                 # the reply that ends the turn is written, but the turn was never marked
                 # completed (or a steer came as it was written): mark it now
                 if self._steers.close_unless_steered(run.turn_id):
@@ -278,6 +285,9 @@ class TurnRun:
                 continue
             final = await model_step(run, len(run.transcript))
             if final is None:
+                continue
+            if run.agent.output_type is not None:
+                await ask_for_output(run, self._steers, final.text, final.messages, final.steps)
                 continue
             if self._steers.close_unless_steered(run.turn_id):
                 return await self._complete(final.text, final.messages, final.steps)
@@ -337,16 +347,18 @@ class TurnRun:
         text: str,
         messages: tuple[StoredMessage, ...] = (),
         steps: tuple[StoredStep, ...] = (),
+        *,
+        output: JsonValue = None,
     ) -> TurnResult:
         """Mark the turn completed, in the same transaction as its final reply when given."""
         run = self._run
         usage = self._usage_so_far(messages)
-        result = Completed(turn_id=run.turn_id, text=text, usage=usage)
+        result = Completed(turn_id=run.turn_id, text=text, usage=usage, output=output)
         record = moved(run.record, "completed", result=result)
         await run.commit(Commit(messages=messages, steps=steps, turns=(record,), status="idle"))
         if messages and text:
             run.emit(MessageCompleted, text=text, index=messages[0].index)
-        run.emit(TurnCompleted, text=text, usage=usage)
+        run.emit(TurnCompleted, text=text, usage=usage, output=output)
         return result
 
     def _usage_so_far(self, pending: tuple[StoredMessage, ...]) -> Usage:

@@ -156,10 +156,12 @@ def outcome_json(result: TurnResult) -> dict[str, Any]:
     outcome: dict[str, Any] = {"turn_id": result.turn_id}
     if isinstance(result, Completed):
         outcome.update(status="completed", text=result.text)
+        if result.output is not None:
+            outcome["output"] = result.output  # the agent's result type, validated
     elif isinstance(result, Suspended):
         outcome.update(status="suspended", request=result.request.as_dict())
     elif isinstance(result, Failed):
-        outcome.update(status="failed", error=result.error)
+        outcome.update(status="failed", error=result.error, phase=result.phase)
     elif isinstance(result, Cancelled):
         outcome.update(status="cancelled", reason=result.reason)
     elif isinstance(result, Interrupted):
