@@ -109,6 +109,7 @@ from agent.core.turns import (
     WaitTimedOut,
 )
 from agent.definition.agent import Agent, RetryPolicy
+from agent.definition.compacting import Compacting
 from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
@@ -190,6 +191,7 @@ __all__ = [
     "Cancelled",
     "Channel",
     "ChecksTargets",
+    "Compacting",
     "Completed",
     "ConfigError",
     "ConflictError",

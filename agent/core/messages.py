@@ -182,22 +182,33 @@ class TranscriptView(Sequence[Message]):
 
     Handing the model a copy would make every step cost O(history); a view keeps
     a step's cost flat however long the thread grows. It is valid for one call.
+    Its indices count from its own first message: the ``head`` (a compacted
+    session's summary), when there is one, then the live messages.
     """
 
-    __slots__ = ("_messages",)
+    __slots__ = ("_head", "_messages")
 
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Message], head: Message | None = None) -> None:
         self._messages = messages
+        self._head = head
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
     @overload
     def __getitem__(self, index: slice) -> Sequence[Message]: ...
     def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        return self._messages[index]
+        if self._head is None:
+            return list.__getitem__(self._messages, index)  # the live messages, from 0
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index == 0 or index == -len(self):
+            return self._head
+        return list.__getitem__(self._messages, index - 1 if index > 0 else index)
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return list.__len__(self._messages) + (self._head is not None)
 
     def __iter__(self) -> Iterator[Message]:
-        return iter(self._messages)
+        if self._head is not None:
+            yield self._head
+        yield from list.__iter__(self._messages)

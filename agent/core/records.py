@@ -7,6 +7,7 @@ from typing import Literal
 
 from agent._json import JsonValue
 from agent.core.messages import Message
+from agent.core.transcript import Compaction, Transcript
 from agent.core.turns import TurnRecord
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "apply_commit",
     "apply_session_writes",
     "archive_generation",
+    "compact_turns",
 ]
 
 
@@ -92,6 +94,8 @@ class Commit:
     """Hold the session, saying why: its queued turns wait until the hold is released."""
     release_hold: bool = False
     """Release the session's hold (before this commit's own ``hold``, if it has one)."""
+    compact: Compaction | None = None
+    """Move the session's oldest turns out of its live state, a summary in their place."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +153,8 @@ class StoredSession:
     """What the engine loads once per session and then keeps up to date itself."""
 
     status: SessionStatus = "new"
-    transcript: list[Message] = field(default_factory=list)
+    transcript: Transcript = field(default_factory=Transcript)
+    """The live messages; compaction moved those below ``transcript.base`` out."""
     turns: dict[str, TurnRecord] = field(default_factory=dict)
     cancels: dict[str, str] = field(default_factory=dict)
     """Stored cancel requests of turns, by turn id: the reason."""
@@ -162,6 +167,15 @@ class StoredSession:
     hold: str | None = None
     """Why the session is held (a session interrupt, a poison turn), if it is: its
     queued turns wait, and new ones queue behind them, until the hold is released."""
+    summary: str | None = None
+    """What the compacted turns said, as the model summarised them; sent before the
+    live messages."""
+    compacted_through: int = 0
+    """The sequence number of the newest compacted turn: new turns number above it."""
+
+    def next_seq(self) -> int:
+        """The sequence number of the next turn admitted."""
+        return max((t.seq for t in self.turns.values()), default=self.compacted_through) + 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,7 +221,26 @@ def apply_session_writes(state: StoredSession, commit: Commit) -> dict[str, Turn
         state.hold = commit.hold
     if commit.reset_through is not None:
         state.reset_through = commit.reset_through
+    if commit.compact is not None:
+        return compact_turns(state, commit.compact)
     return archive_generation(state) if commit.archive else {}
+
+
+def compact_turns(state: StoredSession, compaction: Compaction) -> dict[str, TurnRecord]:
+    """Carry out a compaction: its turns and messages leave the live state.
+
+    Returns:
+        The turns it moved out, by id, for the caller to keep if it keeps an archive.
+    """
+    moving = {t.turn_id: t for t in state.turns.values() if t.seq <= compaction.through}
+    for turn_id in moving:
+        del state.turns[turn_id]
+        state.cancels.pop(turn_id, None)
+        state.retired.add(turn_id)
+    state.transcript.drop_below(compaction.base)
+    state.summary = compaction.summary
+    state.compacted_through = max(state.compacted_through, compaction.through)
+    return moving
 
 
 def archive_generation(state: StoredSession) -> dict[str, TurnRecord]:
@@ -224,7 +257,8 @@ def archive_generation(state: StoredSession) -> dict[str, TurnRecord]:
     through = state.reset_through
     assert through is not None, "a store refuses an archive with no reset pending"
     retiring = {t.turn_id: t for t in state.turns.values() if t.seq <= through}
-    state.transcript.clear()
+    state.transcript.restart()
+    state.summary, state.compacted_through = None, 0
     for turn_id in retiring:
         del state.turns[turn_id]
         state.cancels.pop(turn_id, None)

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from agent.core.hitl import AuthorizeAnswer
 from agent.core.model import ToolSpec
 from agent.core.policy import SurfacePolicy
+from agent.definition.compacting import Compacting
 from agent.definition.output import OUTPUT_TOOL, output_tool
 from agent.definition.tools import Tool
 from agent.errors import ConfigError
@@ -84,6 +85,9 @@ class Agent:
     output_retries: int = 2
     """How often the model is asked again when its result is missing or does not
     validate; past that the turn fails (phase ``output``)."""
+    compacting: Compacting | None = None
+    """Summarise a long session's oldest turns, so its memory and requests stay flat
+    (see `Compacting`); None keeps every turn live."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 

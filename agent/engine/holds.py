@@ -122,7 +122,7 @@ def retry_commit(
         new_id = f"{record.turn_id}.retry"
         while new_id in state.turns or new_id in state.retired:
             new_id += "'"
-    seq = max((t.seq for t in state.turns.values()), default=0) + 1
+    seq = state.next_seq()
     retry = TurnRecord(
         turn_id=new_id, seq=seq, status="queued", input=record.input, retry_of=record.turn_id
     )

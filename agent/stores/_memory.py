@@ -25,9 +25,10 @@ from agent.core.records import (
     StoredSession,
     apply_session_writes,
 )
+from agent.core.transcript import Transcript
 from agent.core.turns import TurnRecord
 from agent.stores import _rules
-from agent.stores._rules import Lease
+from agent.stores._rules import STILL_IN_PLAY, Lease
 
 __all__ = ["MemoryStore"]
 
@@ -81,13 +82,17 @@ class MemoryStore:
         live = s.live
         return StoredSession(
             status=live.status,
-            transcript=[s.messages[i] for i in sorted(s.messages)],
+            transcript=Transcript(
+                (s.messages[i] for i in sorted(s.messages)), base=live.transcript.base
+            ),
             turns={t.turn_id: t for t in sorted(live.turns.values(), key=lambda t: t.seq)},
             cancels=dict(live.cancels),
             generation=live.generation,
             reset_through=live.reset_through,
             retired=set(live.retired),
             hold=live.hold,
+            summary=live.summary,
+            compacted_through=live.compacted_through,
         )
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
@@ -275,6 +280,12 @@ class MemoryStore:
             is_step_taken=lambda turn_id, step_id: (turn_id, step_id) in s.steps,
             is_in_inbox=lambda item: self._inbox.get(item, (None,))[0] == key,
         )
+        if commit.compact is not None:
+            through = commit.compact.through
+            unended = [
+                t for t in live.turns.values() if t.seq <= through and t.status in STILL_IN_PLAY
+            ]
+            _rules.check_compaction(key, commit.compact, len(unended), live.generation)
         self._sessions[key] = s
         for item in commit.inbox_done:
             del self._inbox[item]
@@ -284,14 +295,16 @@ class MemoryStore:
             s.steps[(st.turn_id, st.step_id)] = copy.deepcopy(st.result)
         generation = live.generation  # the one an archive in this commit files away
         retired = apply_session_writes(live, commit)
-        if commit.archive:
-            s.archive[generation] = Archive(
-                generation=generation,
-                transcript=[s.messages[i] for i in sorted(s.messages)],
-                turns=retired,
-                steps=_take_steps(s.steps, retired),
+        if commit.archive or commit.compact is not None:
+            below = commit.compact.base if commit.compact is not None else None
+            moved = sorted(i for i in s.messages if below is None or i < below)
+            _file_away(
+                s.archive,
+                generation,
+                [s.messages.pop(i) for i in moved],
+                retired,
+                _take_steps(s.steps, retired),
             )
-            s.messages.clear()
 
     async def post_inbox(
         self, key: SessionKey, kind: str, ref: str, body: JsonValue, *, at: float
@@ -313,6 +326,23 @@ class MemoryStore:
 def _status_of(live: StoredSession, turn_id: str) -> str | None:
     record = live.turns.get(turn_id)
     return record.status if record is not None else None
+
+
+def _file_away(
+    archive: dict[int, Archive],
+    generation: int,
+    messages: list[Message],
+    turns: dict[str, TurnRecord],
+    steps: dict[str, dict[str, JsonValue]],
+) -> None:
+    """Add what a compaction or a reset moved out to the archive of ``generation``."""
+    kept = archive.get(generation)
+    if kept is not None:
+        messages = [*kept.transcript, *messages]
+        turns, steps = {**kept.turns, **turns}, {**kept.steps, **steps}
+    archive[generation] = Archive(
+        generation=generation, transcript=messages, turns=turns, steps=steps
+    )
 
 
 def _take_steps(

@@ -26,16 +26,19 @@ from agent.core.records import (
     SessionSummary,
     StoredSession,
 )
+from agent.core.transcript import Compaction
 from agent.core.turns import TURN_RECORD_ADAPTER, TURN_STATUSES_UNFINISHED, TurnRecord
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = [
     "INTERRUPTED",
     "LET_GO",
+    "STILL_IN_PLAY",
     "SUSPENDED",
     "UNFINISHED",
     "Lease",
     "check_commit",
+    "check_compaction",
     "check_expected",
     "check_holder",
     "check_inbox_done",
@@ -93,6 +96,31 @@ def check_expected(
     for turn_id, expected in expect:
         if status_of(turn_id) != expected:
             raise StoreConflictError(f"{key}: turn {turn_id} is no longer {expected}")
+
+
+def check_compaction(
+    key: SessionKey, compaction: Compaction | None, unended: int, generation: int
+) -> None:
+    """Refuse a compaction that would move out a turn still in play, or another generation's.
+
+    Raises:
+        StoreConflictError: ``unended`` turns it covers have not ended, or the session
+            was reset since the compaction was planned.
+    """
+    if compaction is not None and compaction.generation != generation:
+        raise StoreConflictError(
+            f"{key}: compaction planned in generation {compaction.generation}, "
+            f"the session is at {generation}; nothing was compacted"
+        )
+    if compaction is not None and unended:
+        raise StoreConflictError(
+            f"{key}: {unended} turn(s) up to {compaction.through} have not ended; "
+            "nothing was compacted"
+        )
+
+
+STILL_IN_PLAY: Final = UNFINISHED | SUSPENDED
+"""The statuses of the turns a compaction never moves out."""
 
 
 def check_reset_pending(key: SessionKey, through: int | None) -> int:

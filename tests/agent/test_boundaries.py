@@ -59,7 +59,7 @@ def test_public_names_are_pinned():
             "SurfacePolicy", "TurnPolicy", "resolve_policy", "warn_unmounted_surfaces",
             "JsonValue", "StoredAnswer", "database_path", "is_terminal",
             "PostgresStore", "describe_database", "InboxWakeups",
-            "INTERRUPT_REASONS", "WaitTimedOut", "ActionProgress", "OUTPUT_TOOL",
+            "INTERRUPT_REASONS", "WaitTimedOut", "ActionProgress", "OUTPUT_TOOL", "Compacting",
             "SteerRefusedError", "Steered", "Steering", "TurnSteered",
         ]
     )  # fmt: skip

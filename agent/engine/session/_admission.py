@@ -84,7 +84,7 @@ class Admission:
             plan = CancelPlan()
             if replace:
                 plan = self._cancels.plan(state, unfinished_turns(state), "replaced")
-            seq = max((t.seq for t in state.turns.values()), default=0) + 1
+            seq = state.next_seq()
             record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
             ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
             if (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from agent.core.events import TurnEvent
 from agent.core.records import SessionKey, StoredSession
+from agent.core.transcript import Compaction
 from agent.core.turns import SessionReset, Suspended, TurnRecord, TurnResult, is_suspend_ending
 from agent.engine.lease import SessionLease
 from agent.engine.turn.steering import SteerBox
@@ -95,6 +96,10 @@ class SessionState:
         )
         self.steers = SteerBox()
         """Steers taken for the running turn and not placed in its transcript yet."""
+        self.summarising: asyncio.Task[None] | None = None
+        """The model writing a compaction's summary, in the background."""
+        self.summary_ready: Compaction | None = None
+        """A compaction whose summary is written: the worker commits it between turns."""
         self.catching_up = asyncio.Lock()
         self.write_token: str | None = None
         """The lease token the admission in progress took; its writes are fenced by it."""

@@ -17,6 +17,7 @@ from agent.core.records import Commit, StoredSession, apply_commit
 from agent.core.turns import SessionReset, Suspended, TurnRecord
 from agent.definition.tools import describe_error
 from agent.engine.lease import drop_quietly
+from agent.engine.session._compactor import Compactor
 from agent.engine.session._state import SessionState
 from agent.engine.session._waiters import Waiters
 from agent.engine.turn.run import TurnRun
@@ -33,6 +34,7 @@ class Worker:
     def __init__(self, shared: SessionState, waiters: Waiters) -> None:
         self._shared = shared
         self._waiters = waiters
+        self._compactor = Compactor(shared, on_takeover=self._stop_after_takeover)
 
     def enqueue(self, turn_id: str) -> None:
         """Queue ``turn_id`` behind the turns queued, and start the worker if it is not running."""
@@ -119,6 +121,8 @@ class Worker:
                 if self._is_reset_due():
                     await self._carry_out_reset()
                     continue
+                if await self._compactor.commit_if_ready():
+                    continue
                 if not self._shared.queue or self._is_suspended() or self._is_held():
                     break
                 turn_id = self._shared.queue.popleft()
@@ -127,11 +131,14 @@ class Worker:
                     await self._run_turn(turn_id)
                 finally:
                     self._shared.active = None
+                self._compactor.plan(on_ready=self.start)
         finally:
             self._shared.worker_task = None
             if not self._shared.admit_lock.locked() and not self._shared.host.is_closed:
                 # a closing runtime lets the leases go itself
                 await drop_quietly(self._shared.lease)
+                if self._shared.summary_ready is not None and self._shared.halted is None:
+                    self.start()  # a summary finished as the worker stopped: commit it
 
     def _is_suspended(self) -> bool:
         # Turns queued behind a suspended turn wait: they would follow a tool call that has

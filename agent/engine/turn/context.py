@@ -15,7 +15,9 @@ from typing import Any
 
 from agent._json import JsonValue
 from agent.core.events import TurnEvent
+from agent.core.messages import Message
 from agent.core.records import Commit, SessionKey, StoredSession, apply_commit
+from agent.core.transcript import summary_message
 from agent.core.turns import TurnRecord
 from agent.definition.agent import Agent
 from agent.definition.output import OUTPUT_TOOL
@@ -78,6 +80,7 @@ class RunContext:
         self.interrupted = asyncio.Event()
         """Set when the turn is to stop at its next checkpoint boundary."""
         self._timed_out = False
+        self._summary: tuple[str, Message] | None = None
         given = record.input
         # A turn admitted with no policy (before policies existed, or by a program) runs
         # under its source's policy as the agent has it now, rather than with every tool.
@@ -95,6 +98,16 @@ class RunContext:
     def turn_id(self) -> str:
         """The turn this run drives."""
         return self.record.turn_id
+
+    @property
+    def summary(self) -> Message | None:
+        """What stands for the compacted turns in a request, if any were."""
+        if self.state.summary is None:
+            return None
+        if self._summary is None or self._summary[0] != self.state.summary:
+            # one message per summary, so a request's view is the same from step to step
+            self._summary = (self.state.summary, summary_message(self.state.summary))
+        return self._summary[1]
 
     def now(self) -> float:
         """The runtime's clock, in seconds since the epoch."""

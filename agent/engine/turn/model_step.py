@@ -110,7 +110,7 @@ async def _unless_interrupted(run: RunContext, work: Coroutine[Any, Any, T]) -> 
 async def _stream_reply(run: RunContext, step: str, attempt: int) -> ModelReply | None:
     request = ModelRequest(
         system=run.system,
-        messages=TranscriptView(run.transcript),
+        messages=TranscriptView(run.transcript, run.summary),
         tools=run.tool_specs,
         agent=run.key.agent,
         session_id=run.key.session_id,

@@ -20,6 +20,7 @@ import psycopg
 from agent._json import dumps
 from agent.core.messages import MESSAGE_ADAPTER
 from agent.core.records import Commit, SessionKey
+from agent.core.transcript import Compaction
 from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
@@ -164,8 +165,28 @@ def _apply(conn: Conn, key: SessionKey, sid: int, commit: Commit) -> None:
         conn.execute(
             "UPDATE sessions SET reset_through = %s WHERE id = %s", (commit.reset_through, sid)
         )
+    if commit.compact is not None:
+        _compact(conn, key, sid, commit.compact)
     if commit.archive:
         _archive(conn, key, sid)
+
+
+def _compact(conn: Conn, key: SessionKey, sid: int, compaction: Compaction) -> None:
+    """Move the turns and messages ``compaction`` covers into the current generation's archive."""
+    unended = conn.execute(
+        "SELECT count(*) FROM turns WHERE session = %s AND seq <= %s AND status = ANY(%s)",
+        (sid, compaction.through, sorted(_rules.STILL_IN_PLAY)),
+    ).fetchone()
+    (generation,) = conn.execute(
+        "SELECT generation FROM sessions WHERE id = %s", (sid,)
+    ).fetchone() or (0,)
+    _rules.check_compaction(key, compaction, unended[0] if unended else 0, generation)
+    _move_out(conn, sid, generation, compaction.base, compaction.through)
+    conn.execute(
+        "UPDATE sessions SET base = greatest(base, %s), summary = %s,"
+        " compacted_through = greatest(compacted_through, %s) WHERE id = %s",
+        (compaction.base, compaction.summary, compaction.through, sid),
+    )
 
 
 def _archive(conn: Conn, key: SessionKey, sid: int) -> None:
@@ -174,15 +195,33 @@ def _archive(conn: Conn, key: SessionKey, sid: int) -> None:
         "SELECT generation, reset_through FROM sessions WHERE id = %s", (sid,)
     ).fetchone() or (0, None)
     through = _rules.check_reset_pending(key, through)
+    _move_out(conn, sid, generation, EVERY_INDEX, through)
     conn.execute(
-        "WITH moved AS (DELETE FROM messages WHERE session = %s RETURNING *)"
+        "UPDATE sessions SET generation = %s, reset_through = NULL, status = 'new', base = 0,"
+        " summary = NULL, compacted_through = 0 WHERE id = %s",
+        (generation + 1, sid),
+    )
+
+
+EVERY_INDEX: Final = 2**31 - 1
+"""Above every transcript index the messages table holds (an ``integer``)."""
+
+
+def _move_out(conn: Conn, sid: int, generation: int, below: int, through: int) -> None:
+    """Move rows into the archive of ``generation``.
+
+    They are the messages below index ``below``, and the turns up to ``through``
+    with their steps.
+    """
+    conn.execute(
+        "WITH moved AS (DELETE FROM messages WHERE session = %s AND idx < %s RETURNING *)"
         " INSERT INTO archived_messages (session, generation, idx, turn_id, role, body)"
         " SELECT session, %s, idx, turn_id, role, body FROM moved",
-        (sid, generation),
+        (sid, below, generation),
     )
-    retiring = "SELECT turn_id FROM turns WHERE session = %s AND seq <= %s"
+    moving = "SELECT turn_id FROM turns WHERE session = %s AND seq <= %s"
     conn.execute(
-        f"WITH moved AS (DELETE FROM steps WHERE session = %s AND turn_id IN ({retiring})"
+        f"WITH moved AS (DELETE FROM steps WHERE session = %s AND turn_id IN ({moving})"
         " RETURNING *)"
         " INSERT INTO archived_steps (session, generation, turn_id, step_id, result)"
         " SELECT session, %s, turn_id, step_id, result FROM moved",
@@ -193,10 +232,6 @@ def _archive(conn: Conn, key: SessionKey, sid: int) -> None:
         " INSERT INTO archived_turns (session, generation, turn_id, seq, status, record)"
         " SELECT session, %s, turn_id, seq, status, record FROM moved",
         (sid, through, generation),
-    )
-    conn.execute(
-        "UPDATE sessions SET generation = %s, reset_through = NULL, status = 'new' WHERE id = %s",
-        (generation + 1, sid),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from agent._json import JsonValue, loads
 from agent.core.messages import MESSAGES_ADAPTER
 from agent.core.records import Archive, LogBounds, SessionKey, StoredSession
+from agent.core.transcript import Transcript
 from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
 from agent.stores.postgres._schema import Conn, SessionIds
 
@@ -52,9 +53,11 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
     if sid is None:
         return StoredSession()
     with _snapshot(conn):
-        status, generation, reset_through, hold = conn.execute(
-            "SELECT status, generation, reset_through, hold FROM sessions WHERE id = %s", (sid,)
-        ).fetchone() or ("new", 0, None, None)
+        status, generation, reset_through, hold, base, summary, compacted_through = conn.execute(
+            "SELECT status, generation, reset_through, hold, base, summary, compacted_through"
+            " FROM sessions WHERE id = %s",
+            (sid,),
+        ).fetchone() or ("new", 0, None, None, 0, None, 0)
         bodies = conn.execute(
             "SELECT body FROM messages WHERE session = %s ORDER BY idx", (sid,)
         ).fetchall()
@@ -62,7 +65,7 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
             "SELECT record, cancel FROM turns WHERE session = %s ORDER BY seq", (sid,)
         ).fetchall()
         retired: set[str] = set()
-        if generation:
+        if generation or compacted_through:
             rows = conn.execute("SELECT turn_id FROM archived_turns WHERE session = %s", (sid,))
             retired = {turn_id for (turn_id,) in rows}
     turns = {}
@@ -74,13 +77,15 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
             cancels[record.turn_id] = cancel
     return StoredSession(
         status=status,
-        transcript=MESSAGES_ADAPTER.validate_json(_as_list(bodies)),
+        transcript=Transcript(MESSAGES_ADAPTER.validate_json(_as_list(bodies)), base=base),
         turns=turns,
         cancels=cancels,
         generation=generation,
         reset_through=reset_through,
         retired=retired,
         hold=hold,
+        summary=summary,
+        compacted_through=compacted_through,
     )
 
 

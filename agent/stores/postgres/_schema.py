@@ -137,6 +137,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN hold text;
     """,
+    # compaction moves a session's oldest turns into the archive of its generation: the
+    # live messages start at ``base``, a summary stands for the rest, and new turns
+    # number above ``compacted_through`` (old replicas run beside it until an agent
+    # compacts: turn compaction on once every replica runs this code)
+    """
+    ALTER TABLE sessions ADD COLUMN base bigint NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN summary text;
+    ALTER TABLE sessions ADD COLUMN compacted_through bigint NOT NULL DEFAULT 0;
+    """,
 )
 
 BREAKING: Final[frozenset[int]] = frozenset()

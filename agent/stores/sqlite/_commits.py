@@ -18,11 +18,12 @@ from typing import Any, Final, TypeVar
 from agent._json import dumps
 from agent.core.messages import MESSAGE_ADAPTER
 from agent.core.records import Commit, SessionKey
+from agent.core.transcript import Compaction
 from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores._rules import Lease
-from agent.stores.sqlite._schema import SessionIds, address, span
+from agent.stores.sqlite._schema import SessionIds, address, span, status_in
 
 __all__ = [
     "Rows",
@@ -159,8 +160,67 @@ def apply(conn: sqlite3.Connection, key: SessionKey, sid: int, rows: Rows) -> No
         conn.execute(
             "UPDATE sessions SET reset_through = ? WHERE id = ?", (commit.reset_through, sid)
         )
+    if commit.compact is not None:
+        compact(conn, key, sid, commit.compact)
     if commit.archive:
         archive(conn, key, sid)
+
+
+def compact(conn: sqlite3.Connection, key: SessionKey, sid: int, compaction: Compaction) -> None:
+    """Move the turns and messages ``compaction`` covers into the current generation's archive."""
+    (unended,) = conn.execute(
+        "SELECT count(*) FROM turns WHERE session = ? AND seq <= ? AND "
+        + status_in("status", _rules.STILL_IN_PLAY),
+        (sid, compaction.through),
+    ).fetchone()
+    (generation,) = conn.execute("SELECT generation FROM sessions WHERE id = ?", (sid,)).fetchone()
+    _rules.check_compaction(key, compaction, unended, generation)
+    low, high = address(sid, 0), address(sid, compaction.base) - 1
+    _move_out(conn, sid, generation, low, high, "seq <= ?", (compaction.through,))
+    conn.execute(
+        "UPDATE sessions SET base = max(base, ?), summary = ?,"
+        " compacted_through = max(compacted_through, ?) WHERE id = ?",
+        (compaction.base, compaction.summary, compaction.through, sid),
+    )
+
+
+def _move_out(
+    conn: sqlite3.Connection,
+    sid: int,
+    generation: int,
+    low: int,
+    high: int,
+    turns_where: str,
+    turns_args: tuple[Any, ...],
+) -> None:
+    """Move rows into the archive of ``generation``.
+
+    They are the messages with rowids ``low`` to ``high``, and the turns
+    ``turns_where`` picks, with their steps.
+    """
+    conn.execute(
+        "INSERT INTO archived_messages (session, generation, idx, turn_id, role, body)"
+        " SELECT ?, ?, idx, turn_id, role, body FROM messages WHERE id BETWEEN ? AND ?",
+        (sid, generation, low, high),
+    )
+    conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (low, high))
+    moving = f"SELECT turn_id FROM turns WHERE session = ? AND {turns_where}"
+    conn.execute(
+        "INSERT INTO archived_steps (session, generation, turn_id, step_id, result)"
+        f" SELECT session, ?, turn_id, step_id, result FROM steps"
+        f" WHERE session = ? AND turn_id IN ({moving})",
+        (generation, sid, sid, *turns_args),
+    )
+    conn.execute(
+        f"DELETE FROM steps WHERE session = ? AND turn_id IN ({moving})", (sid, sid, *turns_args)
+    )
+    conn.execute(
+        "INSERT INTO archived_turns (session, generation, turn_id, seq, status, record)"
+        " SELECT session, ?, turn_id, seq, status, record FROM turns"
+        f" WHERE session = ? AND {turns_where}",
+        (generation, sid, *turns_args),
+    )
+    conn.execute(f"DELETE FROM turns WHERE session = ? AND {turns_where}", (sid, *turns_args))
 
 
 def archive(conn: sqlite3.Connection, key: SessionKey, sid: int) -> None:
@@ -170,31 +230,10 @@ def archive(conn: sqlite3.Connection, key: SessionKey, sid: int) -> None:
     ).fetchone()
     through = _rules.check_reset_pending(key, through)
     low, high = span(sid)
+    _move_out(conn, sid, generation, low, high, "seq <= ?", (through,))
     conn.execute(
-        "INSERT INTO archived_messages (session, generation, idx, turn_id, role, body)"
-        " SELECT ?, ?, idx, turn_id, role, body FROM messages WHERE id BETWEEN ? AND ?",
-        (sid, generation, low, high),
-    )
-    conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (low, high))
-    retiring = "SELECT turn_id FROM turns WHERE session = ? AND seq <= ?"
-    conn.execute(
-        "INSERT INTO archived_steps (session, generation, turn_id, step_id, result)"
-        f" SELECT session, ?, turn_id, step_id, result FROM steps"
-        f" WHERE session = ? AND turn_id IN ({retiring})",
-        (generation, sid, sid, through),
-    )
-    conn.execute(
-        f"DELETE FROM steps WHERE session = ? AND turn_id IN ({retiring})", (sid, sid, through)
-    )
-    conn.execute(
-        "INSERT INTO archived_turns (session, generation, turn_id, seq, status, record)"
-        " SELECT session, ?, turn_id, seq, status, record FROM turns"
-        " WHERE session = ? AND seq <= ?",
-        (generation, sid, through),
-    )
-    conn.execute("DELETE FROM turns WHERE session = ? AND seq <= ?", (sid, through))
-    conn.execute(
-        "UPDATE sessions SET generation = ?, reset_through = NULL, status = 'new' WHERE id = ?",
+        "UPDATE sessions SET generation = ?, reset_through = NULL, status = 'new', base = 0,"
+        " summary = NULL, compacted_through = 0 WHERE id = ?",
         (generation + 1, sid),
     )
 

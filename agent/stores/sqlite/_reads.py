@@ -14,6 +14,7 @@ from typing import Any
 from agent._json import JsonValue, loads
 from agent.core.messages import MESSAGES_ADAPTER
 from agent.core.records import Archive, LogBounds, SessionKey, StoredSession
+from agent.core.transcript import Transcript
 from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
 from agent.stores.sqlite._schema import (
     SessionIds,
@@ -47,8 +48,10 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
     sid = ids.find(conn, key)
     if sid is None:
         return StoredSession()
-    status, generation, reset_through, hold = conn.execute(
-        "SELECT status, generation, reset_through, hold FROM sessions WHERE id = ?", (sid,)
+    status, generation, reset_through, hold, base, summary, compacted_through = conn.execute(
+        "SELECT status, generation, reset_through, hold, base, summary, compacted_through"
+        " FROM sessions WHERE id = ?",
+        (sid,),
     ).fetchone()
     bodies = conn.execute(
         "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id", span(sid)
@@ -56,7 +59,9 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
     records = conn.execute(
         "SELECT record, cancel FROM turns WHERE session = ? ORDER BY seq", (sid,)
     ).fetchall()
-    transcript = MESSAGES_ADAPTER.validate_json("[" + ",".join(b for (b,) in bodies) + "]")
+    transcript = Transcript(
+        MESSAGES_ADAPTER.validate_json("[" + ",".join(b for (b,) in bodies) + "]"), base=base
+    )
     turns = {}
     cancels = {}
     for body, cancel in records:
@@ -65,7 +70,7 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
         if cancel is not None:
             cancels[record.turn_id] = cancel
     retired = set()
-    if generation:
+    if generation or compacted_through:
         rows = conn.execute("SELECT turn_id FROM archived_turns WHERE session = ?", (sid,))
         retired = {turn_id for (turn_id,) in rows}
     return StoredSession(
@@ -77,6 +82,8 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
         reset_through=reset_through,
         retired=retired,
         hold=hold,
+        summary=summary,
+        compacted_through=compacted_through,
     )
 
 

@@ -170,6 +170,14 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN hold TEXT;
     """,
+    # compaction moves a session's oldest turns into the archive of its generation: the
+    # live messages start at ``base``, a summary stands for the rest, and new turns
+    # number above ``compacted_through``
+    """
+    ALTER TABLE sessions ADD COLUMN base INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN summary TEXT;
+    ALTER TABLE sessions ADD COLUMN compacted_through INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 TABLES: Final = frozenset(
