@@ -126,6 +126,18 @@ class TurnStore(Protocol):
         """Read one archived generation of a session (None when there is none)."""
         ...
 
+    async def expire_history(self, agent: str, *, ended_before: float, at: float) -> int:
+        """Delete the payloads of the agent's archived turns that ended before ``ended_before``.
+
+        Each keeps its record without its input and result text (``expired_at`` set to
+        ``at``); its archived messages and steps go. Returns how many expired.
+        """
+        ...
+
+    async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
+        """The ids of the agent's sessions with a live turn or a summary older than then."""
+        ...
+
     async def has_session(self, key: SessionKey) -> bool:
         """Whether the session ever admitted a turn; cheap, and loads nothing.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agent import Agent, Model, SurfacePolicy, Tool
+from agent import Agent, Compacting, Model, SurfacePolicy, Tool
 from bot.offline import LOCAL_TOOLS, offline_model
 from bot.settings import Settings
 
@@ -47,4 +47,14 @@ def build_agent(
         model=model,
         tools=list(tools) if tools is not None else LOCAL_TOOLS,
         surfaces=dict(surfaces or {}),
+        history_retention=(
+            settings.history_retention_days * 86_400
+            if settings.history_retention_days is not None
+            else None
+        ),
+        compacting=(
+            Compacting(keep_turns=settings.compact_keep_turns, every=settings.compact_keep_turns)
+            if settings.compact_keep_turns is not None
+            else None
+        ),
     )

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     """How long the API's event log keeps each event for clients that reconnect."""
     bot_config: Path | None = None
     """A TOML file of channel policies and schedules."""
+    history_retention_days: float | None = None
+    """How long an ended turn's text is kept; then it is deleted and its identity,
+    status, timestamps and usage stay. Unset: kept for good."""
+    compact_keep_turns: int | None = None
+    """Keep this many turns of a thread word for word and summarise the older ones, in
+    batches of as many. Unset: every turn stays live."""
 
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None
@@ -123,6 +129,10 @@ class Settings(BaseSettings):
             found.append("LEASE_SECONDS must be at least 1 second")
         if not self.event_log_retention_hours > 0:
             found.append("EVENT_LOG_RETENTION_HOURS must be a positive number of hours")
+        if self.history_retention_days is not None and not self.history_retention_days > 0:
+            found.append("HISTORY_RETENTION_DAYS must be a positive number of days")
+        if self.compact_keep_turns is not None and self.compact_keep_turns < 1:
+            found.append("COMPACT_KEEP_TURNS must be 1 or more")
         return found
 
     def api_principals(self) -> dict[str, str]:

@@ -172,6 +172,9 @@ class StoredSession:
     live messages."""
     compacted_through: int = 0
     """The sequence number of the newest compacted turn: new turns number above it."""
+    summary_since: float | None = None
+    """When the oldest turn the summary speaks of ended: past the agent's history
+    retention from then, the summary gives way to a notice."""
 
     def next_seq(self) -> int:
         """The sequence number of the next turn admitted."""
@@ -238,7 +241,7 @@ def compact_turns(state: StoredSession, compaction: Compaction) -> dict[str, Tur
         state.cancels.pop(turn_id, None)
         state.retired.add(turn_id)
     state.transcript.drop_below(compaction.base)
-    state.summary = compaction.summary
+    state.summary, state.summary_since = compaction.summary, compaction.since
     state.compacted_through = max(state.compacted_through, compaction.through)
     return moving
 
@@ -258,7 +261,7 @@ def archive_generation(state: StoredSession) -> dict[str, TurnRecord]:
     assert through is not None, "a store refuses an archive with no reset pending"
     retiring = {t.turn_id: t for t in state.turns.values() if t.seq <= through}
     state.transcript.restart()
-    state.summary, state.compacted_through = None, 0
+    state.summary, state.summary_since, state.compacted_through = None, None, 0
     for turn_id in retiring:
         del state.turns[turn_id]
         state.cancels.pop(turn_id, None)

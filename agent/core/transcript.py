@@ -89,6 +89,12 @@ class Compaction:
     summary: str
     generation: int
     """The generation it was planned in: a store refuses it once a reset moved on."""
+    since: float | None = None
+    """When the oldest turn the summary speaks of ended: it expires with that turn."""
+    expire_at: float | None = None
+    """Set when the turns expired under the history retention: their messages and steps
+    are deleted rather than archived, and their records kept without their payloads
+    (`agent.core.retention`), all in the same transaction."""
 
 
 def summary_message(summary: str) -> UserMessage:

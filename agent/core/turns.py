@@ -10,6 +10,7 @@ apart, without changing what is stored.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -247,6 +248,13 @@ class TurnRecord:
     ``runs`` at `POISON_RUNS` had the process die under each of them."""
     retry_of: str | None = None
     """The turn this one answers again (an operator's retry of a held turn)."""
+    admitted_at: float | None = None
+    """When it was admitted (seconds since the epoch)."""
+    ended_at: float | None = None
+    """When it ended; a history retention period counts from here."""
+    expired_at: float | None = None
+    """When its input, messages and result were deleted under the agent's history
+    retention; its identity, status, timestamps and usage stay (`agent.core.retention`)."""
     steering: tuple[Steering, ...] = ()
     """The input that steered the turn, as `AgentSession.turns` lists it. Not stored with
     the record: the transcript holds steering, and the steps what waits to be placed."""
@@ -343,6 +351,7 @@ def moved(
         opening_index=record.opening_index if opening_index is None else opening_index,
         resumes=record.resumes if resumes is None else resumes,
         runs=(0 if to == "suspended" else record.runs) if runs is None else runs,
+        ended_at=time.time() if to in TURN_STATUSES_ENDED else None,
     )
 
 

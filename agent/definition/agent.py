@@ -88,6 +88,9 @@ class Agent:
     compacting: Compacting | None = None
     """Summarise a long session's oldest turns, so its memory and requests stay flat
     (see `Compacting`); None keeps every turn live."""
+    history_retention: float | None = None
+    """Seconds an ended turn's input, messages and result are kept; then they are deleted
+    and its identity, status, timestamps and usage stay (None: kept for good)."""
     tools_by_name: Mapping[str, Tool] = field(init=False, repr=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False)
 
@@ -102,6 +105,8 @@ class Agent:
             )
         if not self.tool_cancel_grace >= 0:
             raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
+        if self.history_retention is not None and not self.history_retention > 0:
+            raise ConfigError(f"agent {self.name}: history_retention must be above 0 seconds")
         if self.output_retries < 0:
             raise ConfigError(f"agent {self.name}: output_retries must be 0 or more")
         tools = list(self.tools)

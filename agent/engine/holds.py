@@ -20,6 +20,7 @@ session retries through `AgentSession.retry`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -124,7 +125,12 @@ def retry_commit(
             new_id += "'"
     seq = state.next_seq()
     retry = TurnRecord(
-        turn_id=new_id, seq=seq, status="queued", input=record.input, retry_of=record.turn_id
+        turn_id=new_id,
+        seq=seq,
+        status="queued",
+        input=record.input,
+        retry_of=record.turn_id,
+        admitted_at=time.time(),
     )
     marks = (_mark(record.turn_id, {"retried_as": new_id}),) if decides_hold else ()
     return new_id, Commit(turns=(retry,), steps=marks, release_hold=decides_hold)

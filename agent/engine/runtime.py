@@ -14,7 +14,9 @@ from agent.core.records import SessionKey
 from agent.core.turns import Suspended
 from agent.definition.agent import Agent
 from agent.engine.lease import LEASE_SECONDS, new_holder, retire
+from agent.engine.retention import expire_history, expire_now_and_then, sweep_interval
 from agent.engine.session import AgentSession
+from agent.engine.session._upkeep import Upkeep
 from agent.errors import ConfigError, RuntimeClosedError
 from agent.ports import EventSink, InboxWakeups, SessionStore
 
@@ -181,6 +183,8 @@ class AgentRuntime:
                 self.schedule_expiry(key, suspended)
         if self._sweep_seconds is not None:
             _ = self.spawn(self._sweep_now_and_then(self._sweep_seconds), name="sweep")
+        if (every := sweep_interval(self._agents.values())) is not None:
+            _ = self.spawn(expire_now_and_then(self.expire_history, every), name="retention")
         if self.hands_over and isinstance(self.store, InboxWakeups):
             self.store.subscribe_inbox(self._handed, missed=self._handed_maybe)
         return recovered
@@ -199,6 +203,18 @@ class AgentRuntime:
     async def _inbox_now(self) -> None:
         for key in await self.store.inbox_sessions():
             self._handed(key)
+
+    async def expire_history(self, *, now: float | None = None) -> int:
+        """Expire what each agent's ``history_retention`` is over for; how many turns expired.
+
+        ``now`` defaults to the runtime's clock. The runtime does it now and then itself.
+        """
+        at = self.clock() if now is None else now
+
+        def upkeep(agent: str, session_id: str) -> Upkeep:
+            return self.session(agent, session_id).upkeep
+
+        return await expire_history(self.store, self._agents.values(), upkeep, now=at)
 
     async def sweep(self) -> int:
         """Queue the unfinished turns in the store that this runtime neither runs nor queued.

@@ -28,6 +28,7 @@ from agent.core.records import (
 from agent.core.transcript import Transcript
 from agent.core.turns import TurnRecord
 from agent.stores import _rules
+from agent.stores._memory_archive import expire_archive, file_away, take_steps
 from agent.stores._rules import STILL_IN_PLAY, Lease
 
 __all__ = ["MemoryStore"]
@@ -93,6 +94,7 @@ class MemoryStore:
             hold=live.hold,
             summary=live.summary,
             compacted_through=live.compacted_through,
+            summary_since=live.summary_since,
         )
 
     async def load_steps(self, key: SessionKey, turn_id: str) -> dict[str, JsonValue]:
@@ -228,6 +230,27 @@ class MemoryStore:
             return LogBounds(first=1, last=0)
         return LogBounds(first=min(s.events, default=s.last_event + 1), last=s.last_event)
 
+    async def expire_history(self, agent: str, *, ended_before: float, at: float) -> int:
+        expired = 0
+        for key, s in self._sessions.items():
+            if key.agent == agent:
+                for generation in list(s.archive):
+                    expired += expire_archive(s.archive, generation, at, ended_before)
+        return expired
+
+    async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
+        def is_due(live: StoredSession) -> bool:
+            since = live.summary_since
+            return (since is not None and since < ended_before) or any(
+                t.ended_at is not None and t.ended_at < ended_before for t in live.turns.values()
+            )
+
+        return sorted(
+            key.session_id
+            for key, s in self._sessions.items()
+            if key.agent == agent and is_due(s.live)
+        )
+
     async def prune_events(self, *, before: float) -> int:
         pruned = 0
         for s in self._sessions.values():
@@ -298,13 +321,15 @@ class MemoryStore:
         if commit.archive or commit.compact is not None:
             below = commit.compact.base if commit.compact is not None else None
             moved = sorted(i for i in s.messages if below is None or i < below)
-            _file_away(
+            file_away(
                 s.archive,
                 generation,
                 [s.messages.pop(i) for i in moved],
                 retired,
-                _take_steps(s.steps, retired),
+                take_steps(s.steps, retired),
             )
+            if commit.compact is not None and commit.compact.expire_at is not None:
+                expire_archive(s.archive, generation, commit.compact.expire_at, None, retired)
 
     async def post_inbox(
         self, key: SessionKey, kind: str, ref: str, body: JsonValue, *, at: float
@@ -326,30 +351,3 @@ class MemoryStore:
 def _status_of(live: StoredSession, turn_id: str) -> str | None:
     record = live.turns.get(turn_id)
     return record.status if record is not None else None
-
-
-def _file_away(
-    archive: dict[int, Archive],
-    generation: int,
-    messages: list[Message],
-    turns: dict[str, TurnRecord],
-    steps: dict[str, dict[str, JsonValue]],
-) -> None:
-    """Add what a compaction or a reset moved out to the archive of ``generation``."""
-    kept = archive.get(generation)
-    if kept is not None:
-        messages = [*kept.transcript, *messages]
-        turns, steps = {**kept.turns, **turns}, {**kept.steps, **steps}
-    archive[generation] = Archive(
-        generation=generation, transcript=messages, turns=turns, steps=steps
-    )
-
-
-def _take_steps(
-    steps: dict[tuple[str, str], JsonValue], turns: dict[str, TurnRecord]
-) -> dict[str, dict[str, JsonValue]]:
-    """Remove the step memos of ``turns`` from ``steps``; return them by turn, then step."""
-    taken: dict[str, dict[str, JsonValue]] = {}
-    for turn_id, step_id in [k for k in steps if k[0] in turns]:
-        taken.setdefault(turn_id, {})[step_id] = steps.pop((turn_id, step_id))
-    return taken

@@ -22,9 +22,10 @@ from agent import (
     UnknownTurnError,
     UserMessage,
 )
-from agent.core.records import Commit, SessionKey
+from agent.core.records import SessionKey
 from agent.models.anthropic.wire import api_messages
 from agent.testing import ScriptedModel, reply
+from tests.agent.commit_watch import Compactions
 
 from .wire_checks import assert_valid_api_messages
 
@@ -60,28 +61,6 @@ class Summaries:
         return Agent(
             name="a", model=self.model(), compacting=Compacting(keep_turns=keep, every=every)
         )
-
-
-class Compactions:
-    """Counts the compactions that reach ``store``, for a test to wait on the next one."""
-
-    def __init__(self, store: Any) -> None:
-        self.landed = 0
-        self._changed = asyncio.Condition()
-        committing = store.commit
-
-        async def commit(key: SessionKey, commit: Commit) -> None:
-            await committing(key, commit)
-            if commit.compact is not None:
-                async with self._changed:
-                    self.landed += 1
-                    self._changed.notify_all()
-
-        store.commit = commit
-
-    async def wait_for(self, count: int) -> None:
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: self.landed >= count), WAIT)
 
 
 async def test_the_oldest_turns_give_way_to_a_summary_the_next_request_starts_with(store):

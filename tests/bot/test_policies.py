@@ -95,3 +95,23 @@ async def test_a_change_naming_no_tool_or_mode_changes_nothing():
     with pytest.raises(ConfigError, match="mode replace needs instructions"):
         await policies.change("C0BARE", PolicyChange("mode", "replace"), by="U1")
     assert (await policies.describe(SUPPORT)).changed_by is None
+
+
+def test_history_retention_and_compaction_are_set_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HISTORY_RETENTION_DAYS", "30")
+    monkeypatch.setenv("COMPACT_KEEP_TURNS", "25")
+    agent = build_agent(Settings(_env_file=None))
+    assert agent.history_retention == 30 * 86_400
+    assert agent.compacting is not None
+    assert (agent.compacting.keep_turns, agent.compacting.every) == (25, 25)
+
+    monkeypatch.setenv("HISTORY_RETENTION_DAYS", "0")
+    monkeypatch.setenv("COMPACT_KEEP_TURNS", "0")
+    assert Settings(_env_file=None).problems() == [
+        "HISTORY_RETENTION_DAYS must be a positive number of days",
+        "COMPACT_KEEP_TURNS must be 1 or more",
+    ]
+    monkeypatch.delenv("HISTORY_RETENTION_DAYS")
+    monkeypatch.delenv("COMPACT_KEEP_TURNS")
+    unset = build_agent(Settings(_env_file=None))
+    assert (unset.history_retention, unset.compacting) == (None, None)

@@ -85,7 +85,13 @@ class Admission:
             if replace:
                 plan = self._cancels.plan(state, unfinished_turns(state), "replaced")
             seq = state.next_seq()
-            record = TurnRecord(turn_id=turn_id, seq=seq, status="queued", input=given)
+            record = TurnRecord(
+                turn_id=turn_id,
+                seq=seq,
+                status="queued",
+                input=given,
+                admitted_at=self._shared.host.clock(),
+            )
             ahead = [q for q in self._shared.queue if q not in plan.ended_ids]
             if (
                 self._shared.worker_task is None

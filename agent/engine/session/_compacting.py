@@ -20,12 +20,13 @@ from agent.core.messages import (
 )
 from agent.core.model import ModelReply, ModelRequest
 from agent.core.records import SessionKey, StoredSession
+from agent.core.retention import EXPIRED_NOTICE
 from agent.core.transcript import Compaction
 from agent.core.turns import TURN_STATUSES_UNFINISHED
 from agent.definition.agent import Agent
 from agent.definition.compacting import Compacting
 
-__all__ = ["SUMMARY_STEP", "plan_compaction", "summarise"]
+__all__ = ["SUMMARY_STEP", "plan_compaction", "plan_expiry", "summarise"]
 
 SUMMARY_STEP = "summary"
 """The ``step`` of a summary request, for a model (or a test's script) to tell it apart."""
@@ -59,6 +60,35 @@ def plan_compaction(state: StoredSession, compacting: Compacting) -> tuple[int, 
     return older[-1].seq, base
 
 
+def plan_expiry(state: StoredSession, before: float, at: float) -> Compaction | None:
+    """The compaction that moves out, expired, the oldest turns that ended before ``before``.
+
+    Only a run of ended turns from the oldest on: a turn still in play keeps the turns
+    after it live. No summary stands for them, only a notice that they expired (an
+    earlier summary is of older turns still, so it expires with them). A summary whose
+    oldest turn ended before ``before`` gives way to the notice even when no live turn
+    is due.
+    """
+    turns = sorted(state.turns.values(), key=lambda t: t.seq)
+    moving = 0
+    for record in turns:
+        ended_at = record.ended_at if record.is_ended else None
+        if ended_at is None or ended_at >= before:
+            break
+        moving += 1
+    summary_expired = state.summary_since is not None and state.summary_since < before
+    if not moving and not summary_expired:
+        return None
+    openings = [t.opening_index for t in turns[moving:] if t.opening_index is not None]
+    return Compaction(
+        through=turns[moving - 1].seq if moving else state.compacted_through,
+        base=min(openings, default=len(state.transcript)),
+        summary=EXPIRED_NOTICE,
+        generation=state.generation,
+        expire_at=at,
+    )
+
+
 async def summarise(
     agent: Agent, key: SessionKey, state: StoredSession, through: int, base: int
 ) -> Compaction:
@@ -87,7 +117,11 @@ async def summarise(
     summary = reply.text.strip() if reply is not None else ""
     if not summary:
         raise ValueError("the model wrote an empty summary")
-    return Compaction(through=through, base=base, summary=summary, generation=state.generation)
+    ended = [t.ended_at for t in state.turns.values() if t.seq <= through and t.ended_at]
+    since = min([*ended, *([state.summary_since] if state.summary_since else [])], default=None)
+    return Compaction(
+        through=through, base=base, summary=summary, generation=state.generation, since=since
+    )
 
 
 def _rendered(messages: list[Message], earlier: str | None, limit: int) -> str:

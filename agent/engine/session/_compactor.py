@@ -10,13 +10,14 @@ the next turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from agent.core.records import Commit, apply_commit
 from agent.core.transcript import Compaction
 from agent.definition.tools import describe_error
-from agent.engine.session._compacting import plan_compaction, summarise
+from agent.engine.session._compacting import plan_compaction, plan_expiry, summarise
 from agent.engine.session._state import SessionState
 from agent.errors import LeaseLostError, StoreConflictError
 
@@ -33,9 +34,14 @@ class Compactor:
         self._on_takeover = on_takeover
 
     def plan(self, *, on_ready: Callable[[], None]) -> None:
-        """After a turn ended: start a summary if the session is due one, and none is."""
-        compacting = self._shared.agent.compacting
+        """After a turn ended: expire what is due, or start a summary if one is due."""
+        retention = self._shared.agent.history_retention
         state = self._shared.in_memory
+        if retention is not None and state is not None:
+            now = self._shared.host.clock()
+            if self.plan_expiry(before=now - retention, at=now):
+                return
+        compacting = self._shared.agent.compacting
         busy = self._shared.summarising is not None or self._shared.summary_ready is not None
         if compacting is None or state is None or busy:
             return
@@ -52,12 +58,28 @@ class Compactor:
                 logger.warning("%s: no summary to compact with (%s)", key, describe_error(exc))
                 return
             finally:
-                self._shared.summarising = None
+                if self._shared.summarising is asyncio.current_task():
+                    self._shared.summarising = None
             on_ready()  # the worker commits it at its next pause between turns
 
         self._shared.summarising = self._shared.host.spawn(
             write_summary(), name=f"summary of {key}"
         )
+
+    def plan_expiry(self, *, before: float, at: float) -> bool:
+        """Have the turns that ended before ``before`` move out, expired, at the next pause.
+
+        A summary being written is dropped: it would keep what expires.
+        """
+        state = self._shared.in_memory
+        expiry = plan_expiry(state, before, at) if state is not None else None
+        if expiry is None:
+            return False
+        if self._shared.summarising is not None:
+            self._shared.summarising.cancel()
+            self._shared.summarising = None
+        self._shared.summary_ready = expiry
+        return True
 
     async def commit_if_ready(self) -> bool:
         """Commit the summary written, if one is; whether the session changed."""
@@ -81,16 +103,18 @@ class Compactor:
             return False
         apply_commit(state, commit)
         logger.info(
-            "%s: turns up to %d compacted into a summary",
+            "%s: turns up to %d %s",
             self._shared.key,
             compaction.through,
+            "expired" if compaction.expire_at is not None else "compacted into a summary",
         )
         return True
 
     def _is_stale(self, compaction: Compaction) -> bool:
         state = self._shared.in_memory
-        return (
-            state is None
-            or state.generation != compaction.generation
-            or state.transcript.base >= compaction.base
-        )
+        if state is None or state.generation != compaction.generation:
+            return True
+        if state.compacted_through != compaction.through:
+            return state.compacted_through > compaction.through
+        # nothing more to move: only an expiry that replaces a summary is still worth it
+        return compaction.expire_at is None or state.summary == compaction.summary

@@ -63,6 +63,20 @@ class Upkeep:
                 return 0  # the process that writes it carries them out
         return await self._inbox.carry_out(self._session)
 
+    async def expire_history(self, *, before: float, at: float) -> bool:
+        """Move out, expired, the turns that ended before ``before``; whether any were.
+
+        Only an idle session this process can write is expired here: a session at work
+        is expired by its worker as its turn ends, one another process writes by that
+        process's own sweep.
+        """
+        async with self._writer.locked_and_leased(wait=False) as held:
+            if not held or self._shared.worker_task is not None:
+                return False
+            await self._shared.loaded()
+            compactor = self._worker.compactor
+            return compactor.plan_expiry(before=before, at=at) and await compactor.commit_if_ready()
+
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
         await self._cancels.end_cancelled_suspend()

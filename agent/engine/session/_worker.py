@@ -36,6 +36,11 @@ class Worker:
         self._waiters = waiters
         self._compactor = Compactor(shared, on_takeover=self._stop_after_takeover)
 
+    @property
+    def compactor(self) -> Compactor:
+        """The session's compactions and expiries, planned and committed between turns."""
+        return self._compactor
+
     def enqueue(self, turn_id: str) -> None:
         """Queue ``turn_id`` behind the turns queued, and start the worker if it is not running."""
         self._shared.queue.append(turn_id)

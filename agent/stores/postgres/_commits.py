@@ -25,6 +25,7 @@ from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores._rules import Lease
+from agent.stores.postgres._retention import expire_archived
 from agent.stores.postgres._schema import Conn, SessionIds
 
 __all__ = [
@@ -177,15 +178,20 @@ def _compact(conn: Conn, key: SessionKey, sid: int, compaction: Compaction) -> N
         "SELECT count(*) FROM turns WHERE session = %s AND seq <= %s AND status = ANY(%s)",
         (sid, compaction.through, sorted(_rules.STILL_IN_PLAY)),
     ).fetchone()
-    (generation,) = conn.execute(
-        "SELECT generation FROM sessions WHERE id = %s", (sid,)
-    ).fetchone() or (0,)
+    generation, before = conn.execute(
+        "SELECT generation, compacted_through FROM sessions WHERE id = %s", (sid,)
+    ).fetchone() or (0, 0)
     _rules.check_compaction(key, compaction, unended[0] if unended else 0, generation)
     _move_out(conn, sid, generation, compaction.base, compaction.through)
+    if compaction.expire_at is not None:
+        # the turns this compaction moved out; those archived before expire by their own age
+        where = "session = %s AND generation = %s AND seq > %s AND seq <= %s"
+        picked = (sid, generation, before, compaction.through)
+        expire_archived(conn, where, picked, before=None, at=compaction.expire_at)
     conn.execute(
-        "UPDATE sessions SET base = greatest(base, %s), summary = %s,"
+        "UPDATE sessions SET base = greatest(base, %s), summary = %s, summary_since = %s,"
         " compacted_through = greatest(compacted_through, %s) WHERE id = %s",
-        (compaction.base, compaction.summary, compaction.through, sid),
+        (compaction.base, compaction.summary, compaction.since, compaction.through, sid),
     )
 
 
@@ -198,7 +204,7 @@ def _archive(conn: Conn, key: SessionKey, sid: int) -> None:
     _move_out(conn, sid, generation, EVERY_INDEX, through)
     conn.execute(
         "UPDATE sessions SET generation = %s, reset_through = NULL, status = 'new', base = 0,"
-        " summary = NULL, compacted_through = 0 WHERE id = %s",
+        " summary = NULL, summary_since = NULL, compacted_through = 0 WHERE id = %s",
         (generation + 1, sid),
     )
 

@@ -53,11 +53,14 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
     if sid is None:
         return StoredSession()
     with _snapshot(conn):
-        status, generation, reset_through, hold, base, summary, compacted_through = conn.execute(
-            "SELECT status, generation, reset_through, hold, base, summary, compacted_through"
-            " FROM sessions WHERE id = %s",
-            (sid,),
-        ).fetchone() or ("new", 0, None, None, 0, None, 0)
+        (status, generation, reset_through, hold, base, summary, compacted_through, since) = (
+            conn.execute(
+                "SELECT status, generation, reset_through, hold, base, summary,"
+                " compacted_through, summary_since FROM sessions WHERE id = %s",
+                (sid,),
+            ).fetchone()
+            or ("new", 0, None, None, 0, None, 0, None)
+        )
         bodies = conn.execute(
             "SELECT body FROM messages WHERE session = %s ORDER BY idx", (sid,)
         ).fetchall()
@@ -86,6 +89,7 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
         hold=hold,
         summary=summary,
         compacted_through=compacted_through,
+        summary_since=since,
     )
 
 

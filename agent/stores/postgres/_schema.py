@@ -146,6 +146,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN summary text;
     ALTER TABLE sessions ADD COLUMN compacted_through bigint NOT NULL DEFAULT 0;
     """,
+    # when the oldest turn a summary speaks of ended: the summary expires with it
+    """
+    ALTER TABLE sessions ADD COLUMN summary_since double precision;
+    """,
 )
 
 BREAKING: Final[frozenset[int]] = frozenset()

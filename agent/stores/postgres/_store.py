@@ -30,6 +30,7 @@ from agent.stores.postgres import _reads, _writes
 from agent.stores.postgres._commits import work_and_write, write
 from agent.stores.postgres._connection import Pool
 from agent.stores.postgres._liveness import Liveness
+from agent.stores.postgres._retention import expired_sessions
 from agent.stores.postgres._schema import TABLES, Conn, SessionIds, migrate
 from agent.stores.postgres._wakeups import (
     INBOX_CHANNEL,
@@ -226,6 +227,12 @@ class PostgresStore:
 
     async def event_bounds(self, key: SessionKey) -> LogBounds:
         return await self._run(_reads.event_bounds, self._ids, key)
+
+    async def expire_history(self, agent: str, *, ended_before: float, at: float) -> int:
+        return await self._run(_writes.expire_history, agent, ended_before, at)
+
+    async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
+        return await self._run(expired_sessions, agent, ended_before)
 
     async def prune_events(self, *, before: float) -> int:
         pruned = batch = await self._run(_writes.prune_events, before)

@@ -13,6 +13,7 @@ from agent._json import JsonValue, dumps
 from agent.core.records import LeaseTaken, SessionKey
 from agent.stores import _rules
 from agent.stores.postgres._commits import lock_lease
+from agent.stores.postgres._retention import expire_archived
 from agent.stores.postgres._schema import Conn, SessionIds
 from agent.stores.postgres._wakeups import INBOX_CHANNEL, encode
 
@@ -167,3 +168,10 @@ def post_inbox(conn: Conn, key: SessionKey, kind: str, ref: str, body: str, at: 
             # delivered at commit; a small transaction of its own, never a checkpoint's
             conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, encode(key, 0)))
     return posted is not None
+
+
+def expire_history(conn: Conn, agent: str, before: float, at: float) -> int:
+    """Expire the agent's archived turns that ended before ``before``; how many."""
+    with conn.transaction():
+        where = "session IN (SELECT id FROM sessions WHERE agent = %s)"
+        return expire_archived(conn, where, (agent,), before=before, at=at)

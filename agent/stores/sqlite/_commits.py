@@ -23,6 +23,7 @@ from agent.core.turns import STORED_APART, TURN_RECORD_ADAPTER
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores._rules import Lease
+from agent.stores.sqlite._retention import expire_archived
 from agent.stores.sqlite._schema import SessionIds, address, span, status_in
 
 __all__ = [
@@ -173,14 +174,21 @@ def compact(conn: sqlite3.Connection, key: SessionKey, sid: int, compaction: Com
         + status_in("status", _rules.STILL_IN_PLAY),
         (sid, compaction.through),
     ).fetchone()
-    (generation,) = conn.execute("SELECT generation FROM sessions WHERE id = ?", (sid,)).fetchone()
+    generation, before = conn.execute(
+        "SELECT generation, compacted_through FROM sessions WHERE id = ?", (sid,)
+    ).fetchone()
     _rules.check_compaction(key, compaction, unended, generation)
     low, high = address(sid, 0), address(sid, compaction.base) - 1
     _move_out(conn, sid, generation, low, high, "seq <= ?", (compaction.through,))
+    if compaction.expire_at is not None:
+        # the turns this compaction moved out; those archived before expire by their own age
+        where = "session = ? AND generation = ? AND seq > ? AND seq <= ?"
+        picked = (sid, generation, before, compaction.through)
+        expire_archived(conn, where, picked, before=None, at=compaction.expire_at)
     conn.execute(
-        "UPDATE sessions SET base = max(base, ?), summary = ?,"
+        "UPDATE sessions SET base = max(base, ?), summary = ?, summary_since = ?,"
         " compacted_through = max(compacted_through, ?) WHERE id = ?",
-        (compaction.base, compaction.summary, compaction.through, sid),
+        (compaction.base, compaction.summary, compaction.since, compaction.through, sid),
     )
 
 
@@ -233,7 +241,7 @@ def archive(conn: sqlite3.Connection, key: SessionKey, sid: int) -> None:
     _move_out(conn, sid, generation, low, high, "seq <= ?", (through,))
     conn.execute(
         "UPDATE sessions SET generation = ?, reset_through = NULL, status = 'new', base = 0,"
-        " summary = NULL, compacted_through = 0 WHERE id = ?",
+        " summary = NULL, summary_since = NULL, compacted_through = 0 WHERE id = ?",
         (generation + 1, sid),
     )
 

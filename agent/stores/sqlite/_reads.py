@@ -48,11 +48,13 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
     sid = ids.find(conn, key)
     if sid is None:
         return StoredSession()
-    status, generation, reset_through, hold, base, summary, compacted_through = conn.execute(
-        "SELECT status, generation, reset_through, hold, base, summary, compacted_through"
-        " FROM sessions WHERE id = ?",
-        (sid,),
-    ).fetchone()
+    (status, generation, reset_through, hold, base, summary, compacted_through, since) = (
+        conn.execute(
+            "SELECT status, generation, reset_through, hold, base, summary, compacted_through,"
+            " summary_since FROM sessions WHERE id = ?",
+            (sid,),
+        ).fetchone()
+    )
     bodies = conn.execute(
         "SELECT body FROM messages WHERE id BETWEEN ? AND ? ORDER BY id", span(sid)
     ).fetchall()
@@ -84,6 +86,7 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
         hold=hold,
         summary=summary,
         compacted_through=compacted_through,
+        summary_since=since,
     )
 
 

@@ -178,6 +178,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN summary TEXT;
     ALTER TABLE sessions ADD COLUMN compacted_through INTEGER NOT NULL DEFAULT 0;
     """,
+    # when the oldest turn a summary speaks of ended: the summary expires with it
+    """
+    ALTER TABLE sessions ADD COLUMN summary_since REAL;
+    """,
 )
 
 TABLES: Final = frozenset(

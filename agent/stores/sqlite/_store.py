@@ -29,6 +29,7 @@ from agent.stores import _rules
 from agent.stores.sqlite import _reads, _writes
 from agent.stores.sqlite._commits import rows_of, work_and_write, write
 from agent.stores.sqlite._connection import Connection
+from agent.stores.sqlite._retention import expired_sessions
 from agent.stores.sqlite._schema import TABLES, SessionIds, Synchronous, configure
 
 __all__ = ["SQLiteStore"]
@@ -171,6 +172,12 @@ class SQLiteStore:
 
     async def event_bounds(self, key: SessionKey) -> LogBounds:
         return await self._run(_reads.event_bounds, self._ids, key)
+
+    async def expire_history(self, agent: str, *, ended_before: float, at: float) -> int:
+        return await self._run(_writes.expire_history, self._ids, agent, ended_before, at)
+
+    async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
+        return await self._run(expired_sessions, agent, ended_before)
 
     async def prune_events(self, *, before: float) -> int:
         # in batches: the turns of every session wait behind each transaction

@@ -14,6 +14,7 @@ from agent.core.records import LeaseTaken, SessionKey
 from agent.errors import StoreError
 from agent.stores import _rules
 from agent.stores.sqlite._commits import read_lease, transaction
+from agent.stores.sqlite._retention import expire_archived
 from agent.stores.sqlite._schema import LOW, SessionIds, address
 
 __all__ = [
@@ -155,3 +156,12 @@ def post_inbox(
             ).rowcount
             == 1
         )
+
+
+def expire_history(
+    conn: sqlite3.Connection, ids: SessionIds, agent: str, before: float, at: float
+) -> int:
+    """Expire the agent's archived turns that ended before ``before``; how many."""
+    with transaction(conn, ids):
+        where = "session IN (SELECT id FROM sessions WHERE agent = ?)"
+        return expire_archived(conn, where, (agent,), before=before, at=at)

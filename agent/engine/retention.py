@@ -1,0 +1,69 @@
+"""The runtime's history retention: a sweep, now and then, of what outlived its period.
+
+Each agent with a ``history_retention`` has its archived turns that ended before
+the period expired in the store (any replica may do it: each turn expires once),
+and its sessions holding live turns that ended before it move those out, expired,
+under their lease: an idle one here, one at work by its worker when its turn ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from agent.definition.agent import Agent
+from agent.errors import RuntimeClosedError
+from agent.ports import SessionStore
+
+__all__ = ["expire_history", "expire_now_and_then", "sweep_interval"]
+
+logger = logging.getLogger("agent")
+
+MAX_INTERVAL = 3600.0
+
+
+class _Expiring(Protocol):
+    async def expire_history(self, *, before: float, at: float) -> bool: ...
+
+
+def sweep_interval(agents: Iterable[Agent]) -> float | None:
+    """How often to sweep: a quarter of the shortest period, at most hourly; None for none."""
+    periods = [a.history_retention for a in agents if a.history_retention is not None]
+    return min(min(periods) / 4, MAX_INTERVAL) if periods else None
+
+
+async def expire_history(
+    store: SessionStore,
+    agents: Iterable[Agent],
+    session: Callable[[str, str], _Expiring],
+    *,
+    now: float,
+) -> int:
+    """Expire what each agent's retention period is over for; how many turns expired here.
+
+    Live turns moved out, expired, count once each session did it.
+    """
+    expired = 0
+    for agent in agents:
+        if agent.history_retention is None:
+            continue
+        before = now - agent.history_retention
+        expired += await store.expire_history(agent.name, ended_before=before, at=now)
+        for session_id in await store.expired_sessions(agent.name, ended_before=before):
+            if await session(agent.name, session_id).expire_history(before=before, at=now):
+                expired += 1
+    return expired
+
+
+async def expire_now_and_then(sweep: Callable[[], Awaitable[object]], seconds: float) -> None:
+    """Call ``sweep`` every ``seconds`` until the runtime closes."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await sweep()
+        except RuntimeClosedError:
+            return
+        except Exception:
+            logger.exception("could not expire history past its retention; trying again")
