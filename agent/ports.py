@@ -138,6 +138,10 @@ class TurnStore(Protocol):
         """The ids of the agent's sessions with a live turn or a summary older than then."""
         ...
 
+    async def crowded_sessions(self, agent: str, *, more_than: int) -> list[str]:
+        """The ids of the agent's sessions holding more than ``more_than`` live turns."""
+        ...
+
     async def has_session(self, key: SessionKey) -> bool:
         """Whether the session ever admitted a turn; cheap, and loads nothing.
 

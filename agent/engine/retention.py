@@ -1,9 +1,12 @@
-"""The runtime's history retention: a sweep, now and then, of what outlived its period.
+"""The runtime's care of history, now and then: retention's sweep, and compaction's.
 
 Each agent with a ``history_retention`` has its archived turns that ended before
 the period expired in the store (any replica may do it: each turn expires once),
 and its sessions holding live turns that ended before it move those out, expired,
 under their lease: an idle one here, one at work by its worker when its turn ends.
+Each agent with ``compacting`` has its idle sessions that hold more live turns than
+it keeps compacted: a turn's end does that as a rule, the sweep catches a session
+with no turn since (compaction newly turned on, a summary that failed).
 """
 
 from __future__ import annotations
@@ -17,27 +20,45 @@ from agent.definition.agent import Agent
 from agent.errors import RuntimeClosedError
 from agent.ports import SessionStore
 
-__all__ = ["expire_history", "expire_now_and_then", "sweep_interval"]
+__all__ = ["compact_history", "expire_history", "expire_now_and_then", "sweep_interval"]
 
 logger = logging.getLogger("agent")
 
 MAX_INTERVAL = 3600.0
 
 
-class _Expiring(Protocol):
+class _Tended(Protocol):
     async def expire_history(self, *, before: float, at: float) -> bool: ...
+
+    async def compact_if_due(self) -> bool: ...
 
 
 def sweep_interval(agents: Iterable[Agent]) -> float | None:
     """How often to sweep: a quarter of the shortest period, at most hourly; None for none."""
-    periods = [a.history_retention for a in agents if a.history_retention is not None]
-    return min(min(periods) / 4, MAX_INTERVAL) if periods else None
+    agents = list(agents)
+    periods = [a.history_retention / 4 for a in agents if a.history_retention is not None]
+    periods += [MAX_INTERVAL for a in agents if a.compacting is not None]
+    return min(min(periods), MAX_INTERVAL) if periods else None
+
+
+async def compact_history(
+    store: SessionStore, agents: Iterable[Agent], session: Callable[[str, str], _Tended]
+) -> int:
+    """Start the summaries idle sessions are due; how many were started here."""
+    started = 0
+    for agent in agents:
+        if agent.compacting is None:
+            continue
+        crowded = agent.compacting.keep_turns + agent.compacting.every - 1
+        for session_id in await store.crowded_sessions(agent.name, more_than=crowded):
+            started += await session(agent.name, session_id).compact_if_due()
+    return started
 
 
 async def expire_history(
     store: SessionStore,
     agents: Iterable[Agent],
-    session: Callable[[str, str], _Expiring],
+    session: Callable[[str, str], _Tended],
     *,
     now: float,
 ) -> int:
@@ -66,4 +87,4 @@ async def expire_now_and_then(sweep: Callable[[], Awaitable[object]], seconds: f
         except RuntimeClosedError:
             return
         except Exception:
-            logger.exception("could not expire history past its retention; trying again")
+            logger.exception("could not expire or compact history; trying again")

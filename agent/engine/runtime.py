@@ -14,7 +14,12 @@ from agent.core.records import SessionKey
 from agent.core.turns import Suspended
 from agent.definition.agent import Agent
 from agent.engine.lease import LEASE_SECONDS, new_holder, retire
-from agent.engine.retention import expire_history, expire_now_and_then, sweep_interval
+from agent.engine.retention import (
+    compact_history,
+    expire_history,
+    expire_now_and_then,
+    sweep_interval,
+)
 from agent.engine.session import AgentSession
 from agent.engine.session._upkeep import Upkeep
 from agent.errors import ConfigError, RuntimeClosedError
@@ -184,7 +189,7 @@ class AgentRuntime:
         if self._sweep_seconds is not None:
             _ = self.spawn(self._sweep_now_and_then(self._sweep_seconds), name="sweep")
         if (every := sweep_interval(self._agents.values())) is not None:
-            _ = self.spawn(expire_now_and_then(self.expire_history, every), name="retention")
+            _ = self.spawn(expire_now_and_then(self.tend_history, every), name="history")
         if self.hands_over and isinstance(self.store, InboxWakeups):
             self.store.subscribe_inbox(self._handed, missed=self._handed_maybe)
         return recovered
@@ -210,11 +215,15 @@ class AgentRuntime:
         ``now`` defaults to the runtime's clock. The runtime does it now and then itself.
         """
         at = self.clock() if now is None else now
+        return await expire_history(self.store, self._agents.values(), self._upkeep, now=at)
 
-        def upkeep(agent: str, session_id: str) -> Upkeep:
-            return self.session(agent, session_id).upkeep
+    async def tend_history(self) -> int:
+        """Expire and compact what is due (see `agent.engine.retention`); what was done."""
+        expired = await self.expire_history()
+        return expired + await compact_history(self.store, self._agents.values(), self._upkeep)
 
-        return await expire_history(self.store, self._agents.values(), upkeep, now=at)
+    def _upkeep(self, agent: str, session_id: str) -> Upkeep:
+        return self.session(agent, session_id).upkeep
 
     async def sweep(self) -> int:
         """Queue the unfinished turns in the store that this runtime neither runs nor queued.

@@ -251,6 +251,13 @@ class MemoryStore:
             if key.agent == agent and is_due(s.live)
         )
 
+    async def crowded_sessions(self, agent: str, *, more_than: int) -> list[str]:
+        return sorted(
+            key.session_id
+            for key, s in self._sessions.items()
+            if key.agent == agent and len(s.live.turns) > more_than
+        )
+
     async def prune_events(self, *, before: float) -> int:
         pruned = 0
         for s in self._sessions.values():

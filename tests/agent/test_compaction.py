@@ -23,6 +23,7 @@ from agent import (
     UserMessage,
 )
 from agent.core.records import SessionKey
+from agent.engine.retention import sweep_interval
 from agent.models.anthropic.wire import api_messages
 from agent.testing import ScriptedModel, reply
 from tests.agent.commit_watch import Compactions
@@ -168,3 +169,33 @@ async def test_a_summary_that_fails_leaves_the_turns_live_and_is_tried_again(sto
     assert len(model.asked_to_summarise) == 2
     assert compactions.landed == 1  # the failed try moved nothing out
     assert kept == ["t5", "t6"]
+
+
+async def test_the_runtimes_sweep_compacts_a_session_that_outgrew_its_turns_with_none_since(
+    store,
+):
+    model, compactions = Summaries(), Compactions(store)
+    plain = Agent(name="a", model=model.model())
+    async with AgentRuntime(store, plain) as runtime:
+        session = runtime.session("a", "s")
+        for n in range(1, 6):
+            await session.turn(f"count {n}", turn_id=f"t{n}")
+    assert model.asked_to_summarise == []  # no compaction configured yet
+
+    async with AgentRuntime(store, model.agent(keep=2, every=3)) as runtime:
+        assert sweep_interval([model.agent()]) == 3600.0  # hourly, by itself
+        assert await runtime.tend_history() == 1  # one summary started
+        await compactions.wait_for(1)
+        kept = [t.turn_id for t in await runtime.session("a", "s").turns()]
+        assert await runtime.tend_history() == 0  # nothing more is due
+
+    assert kept == ["t4", "t5"]
+    assert len(model.asked_to_summarise) == 1
+
+
+def test_the_sweep_runs_at_a_quarter_of_the_shortest_retention_and_at_least_hourly():
+    model = ScriptedModel(lambda request: reply("hi"))
+    day, hour = 86_400.0, 3600.0
+    assert sweep_interval([Agent(name="a", model=model)]) is None
+    assert sweep_interval([Agent(name="a", model=model, history_retention=hour)]) == hour / 4
+    assert sweep_interval([Agent(name="a", model=model, history_retention=day)]) == hour

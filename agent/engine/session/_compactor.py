@@ -33,21 +33,25 @@ class Compactor:
         self._shared = shared
         self._on_takeover = on_takeover
 
-    def plan(self, *, on_ready: Callable[[], None]) -> None:
-        """After a turn ended: expire what is due, or start a summary if one is due."""
+    def plan(self, *, on_ready: Callable[[], None]) -> bool:
+        """Expire what is due, or start a summary if one is due; whether either was.
+
+        ``on_ready`` is called once there is something for the worker to commit.
+        """
         retention = self._shared.agent.history_retention
         state = self._shared.in_memory
         if retention is not None and state is not None:
             now = self._shared.host.clock()
             if self.plan_expiry(before=now - retention, at=now):
-                return
+                on_ready()
+                return True
         compacting = self._shared.agent.compacting
         busy = self._shared.summarising is not None or self._shared.summary_ready is not None
         if compacting is None or state is None or busy:
-            return
+            return False
         planned = plan_compaction(state, compacting)
         if planned is None:
-            return
+            return False
         through, base = planned
         agent, key = self._shared.agent, self._shared.key
 
@@ -65,6 +69,7 @@ class Compactor:
         self._shared.summarising = self._shared.host.spawn(
             write_summary(), name=f"summary of {key}"
         )
+        return True
 
     def plan_expiry(self, *, before: float, at: float) -> bool:
         """Have the turns that ended before ``before`` move out, expired, at the next pause.

@@ -77,6 +77,19 @@ class Upkeep:
             compactor = self._worker.compactor
             return compactor.plan_expiry(before=before, at=at) and await compactor.commit_if_ready()
 
+    async def compact_if_due(self) -> bool:
+        """Start the summary an idle session this process can write is due; whether one was.
+
+        The summary is written in the background and the worker commits it, as after a
+        turn: the runtime's sweep catches a session that outgrew its turns with none since
+        (compaction newly turned on, a summary that failed).
+        """
+        async with self._writer.locked_and_leased(wait=False) as held:
+            if not held or self._shared.worker_task is not None:
+                return False
+            await self._shared.loaded()
+            return self._worker.compactor.plan(on_ready=self._worker.start)
+
     async def end_cancelled_suspend(self) -> None:
         """End a suspend whose cancel was stored while it was being written (start-up)."""
         await self._cancels.end_cancelled_suspend()

@@ -136,7 +136,7 @@ class Worker:
                     await self._run_turn(turn_id)
                 finally:
                     self._shared.active = None
-                self._compactor.plan(on_ready=self.start)
+                _ = self._compactor.plan(on_ready=self.start)
         finally:
             self._shared.worker_task = None
             if not self._shared.admit_lock.locked() and not self._shared.host.is_closed:

@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.stores._expiry import scrub_archived
 
-__all__ = ["expire_archived", "expired_sessions"]
+__all__ = ["crowded_sessions", "expire_archived", "expired_sessions"]
 
 _UNEXPIRED = "record::jsonb ->> 'expired_at' IS NULL"
 _ENDED_BEFORE = "(record::jsonb ->> 'ended_at')::float8 < %s"
@@ -45,5 +45,16 @@ def expired_sessions(conn: Any, agent: str, before: float) -> list[str]:
         " AND (t.record::jsonb ->> 'ended_at')::float8 < %s))"
         " ORDER BY s.session_id",
         (agent, before, before),
+    ).fetchall()
+    return [session_id for (session_id,) in rows]
+
+
+def crowded_sessions(conn: Any, agent: str, more_than: int) -> list[str]:
+    """The ids of the agent's sessions holding more than ``more_than`` live turns."""
+    rows = conn.execute(
+        "SELECT s.session_id FROM sessions s JOIN turns t ON t.session = s.id"
+        " WHERE s.agent = %s GROUP BY s.id, s.session_id HAVING count(*) > %s"
+        " ORDER BY s.session_id",
+        (agent, more_than),
     ).fetchall()
     return [session_id for (session_id,) in rows]

@@ -30,7 +30,7 @@ from agent.stores.postgres import _reads, _writes
 from agent.stores.postgres._commits import work_and_write, write
 from agent.stores.postgres._connection import Pool
 from agent.stores.postgres._liveness import Liveness
-from agent.stores.postgres._retention import expired_sessions
+from agent.stores.postgres._retention import crowded_sessions, expired_sessions
 from agent.stores.postgres._schema import TABLES, Conn, SessionIds, migrate
 from agent.stores.postgres._wakeups import (
     INBOX_CHANNEL,
@@ -233,6 +233,9 @@ class PostgresStore:
 
     async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
         return await self._run(expired_sessions, agent, ended_before)
+
+    async def crowded_sessions(self, agent: str, *, more_than: int) -> list[str]:
+        return await self._run(crowded_sessions, agent, more_than)
 
     async def prune_events(self, *, before: float) -> int:
         pruned = batch = await self._run(_writes.prune_events, before)

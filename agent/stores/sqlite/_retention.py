@@ -12,7 +12,7 @@ import sqlite3
 
 from agent.stores._expiry import scrub_archived
 
-__all__ = ["expire_archived", "expired_sessions"]
+__all__ = ["crowded_sessions", "expire_archived", "expired_sessions"]
 
 _UNEXPIRED = "json_extract(record, '$.expired_at') IS NULL"
 _ENDED_BEFORE = "json_extract(record, '$.ended_at') < ?"
@@ -49,5 +49,15 @@ def expired_sessions(conn: sqlite3.Connection, agent: str, before: float) -> lis
         " AND json_extract(t.record, '$.ended_at') < ?))"
         " ORDER BY s.session_id",
         (agent, before, before),
+    )
+    return [session_id for (session_id,) in rows]
+
+
+def crowded_sessions(conn: sqlite3.Connection, agent: str, more_than: int) -> list[str]:
+    """The ids of the agent's sessions holding more than ``more_than`` live turns."""
+    rows = conn.execute(
+        "SELECT s.session_id FROM sessions s JOIN turns t ON t.session = s.id"
+        " WHERE s.agent = ? GROUP BY s.id HAVING count(*) > ? ORDER BY s.session_id",
+        (agent, more_than),
     )
     return [session_id for (session_id,) in rows]

@@ -29,7 +29,7 @@ from agent.stores import _rules
 from agent.stores.sqlite import _reads, _writes
 from agent.stores.sqlite._commits import rows_of, work_and_write, write
 from agent.stores.sqlite._connection import Connection
-from agent.stores.sqlite._retention import expired_sessions
+from agent.stores.sqlite._retention import crowded_sessions, expired_sessions
 from agent.stores.sqlite._schema import TABLES, SessionIds, Synchronous, configure
 
 __all__ = ["SQLiteStore"]
@@ -178,6 +178,9 @@ class SQLiteStore:
 
     async def expired_sessions(self, agent: str, *, ended_before: float) -> list[str]:
         return await self._run(expired_sessions, agent, ended_before)
+
+    async def crowded_sessions(self, agent: str, *, more_than: int) -> list[str]:
+        return await self._run(crowded_sessions, agent, more_than)
 
     async def prune_events(self, *, before: float) -> int:
         # in batches: the turns of every session wait behind each transaction
