@@ -87,7 +87,7 @@ async def test_expired_turns_lose_their_payloads_and_keep_identity_status_and_us
         live, turns = await session.transcript(), await session.turns()
         archive = await session.archived(0)
         again = await session.start("secret 1", turn_id="t1")  # a redelivery of an expired turn
-        with pytest.raises(UnknownTurnError):
+        with pytest.raises(UnknownTurnError, match="history retention"):
             await session.result(again)
         third = await session.turn("anything kept?", turn_id="t3")
         stored = await all_text(store)

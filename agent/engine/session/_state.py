@@ -149,7 +149,10 @@ class SessionState:
     def no_turn(self, state: StoredSession, turn_id: str) -> str:
         """Why ``turn_id`` is not a turn of this session, for an error message."""
         if turn_id in state.retired:
-            return f"{self.key}: turn {turn_id} was archived by a reset"
+            return (
+                f"{self.key}: turn {turn_id} was archived by a reset, or moved out by compaction"
+                " or history retention; session.archived(generation) keeps its record"
+            )
         return f"{self.key}: no turn {turn_id}"
 
     def suspended_error(self, state: StoredSession) -> SessionSuspendedError:
