@@ -218,3 +218,25 @@ async def test_a_replica_expires_a_session_another_wrote_and_the_writer_reads_it
     request = first.answered[-1]
     assert request[0].text.endswith(EXPIRED_NOTICE)
     assert [m.text for m in request[1:]] == ["what is left?"]
+
+
+async def test_a_session_whose_every_turn_expired_still_cancels_and_runs_new_turns(store):
+    model = Model()
+    async with AgentRuntime(store, agent(model)) as runtime:
+        session = runtime.session("a", "s")
+        await session.turn("secret 1", turn_id="t1")
+        [first] = await session.turns()
+        assert first.ended_at is not None
+        assert await runtime.expire_history(now=first.ended_at + HOUR + 1) == 1
+        assert await session.transcript() == []  # nothing live is left
+        # a turn queued behind a hold is cancelled: its ending looks for calls it owes
+        await session.interrupt("looking into it")
+        queued = await session.start("secret 2", turn_id="t2")
+        assert await session.cancel(queued)
+        cancelled = await session.result(queued)
+        await session.resume_session()
+        answered = await session.turn("anything?", turn_id="t3")
+
+    assert cancelled.status == "cancelled"
+    assert isinstance(answered, Completed)
+    assert answered.text == "kept it"

@@ -62,11 +62,12 @@ def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall,
         The calls, and the transcript index of the message that made them (-1 if none).
     """
     i = len(transcript) - 1
+    live_from = getattr(transcript, "base", 0)  # a compacted session holds nothing below it
     answered: set[str] = set()
-    while i >= 0 and isinstance(transcript[i], ToolMessage):
+    while i >= live_from and isinstance(transcript[i], ToolMessage):
         answered.add(transcript[i].call_id)  # type: ignore[union-attr]
         i -= 1
-    last = transcript[i] if i >= 0 else None
+    last = transcript[i] if i >= live_from else None
     if not isinstance(last, AssistantMessage) or last.turn_id != turn_id:
         return (), -1
     return tuple(c for c in last.tool_calls if c.id not in answered), i
