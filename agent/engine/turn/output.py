@@ -75,7 +75,7 @@ class OutputSoFar:
 def output_so_far(messages: Sequence[Message], turn_id: str, start: int) -> OutputSoFar:
     """Read the result of turn ``turn_id``, whose messages begin at index ``start``."""
     accepted, value, misses, problem, text, reply = False, None, 0, "", "", None
-    for index in range(start, len(messages)):
+    for index in range(max(start, getattr(messages, "base", 0)), len(messages)):
         message = messages[index]
         if message.turn_id != turn_id:
             continue

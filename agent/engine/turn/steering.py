@@ -75,7 +75,8 @@ class PendingSteer:
 def steers_placed(transcript: list[Message], turn_id: str, start: int) -> dict[str, int]:
     """The steers of ``turn_id`` already in the transcript, by id: their index."""
     placed: dict[str, int] = {}
-    for index in range(start, len(transcript)):
+    # a compacted session holds nothing below its base (a turn's messages never are)
+    for index in range(max(start, getattr(transcript, "base", 0)), len(transcript)):
         message = transcript[index]
         if isinstance(message, UserMessage) and message.steer and message.turn_id == turn_id:
             placed[message.steer] = index
