@@ -122,6 +122,10 @@ class TurnStore(Protocol):
         """Every session with a reset that was asked for and not yet carried out."""
         ...
 
+    async def is_archived(self, key: SessionKey, turn_id: str) -> bool:
+        """Whether a reset, a compaction or retention moved the turn into the archive."""
+        ...
+
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         """Read one archived generation of a session (None when there is none)."""
         ...

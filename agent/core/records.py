@@ -163,7 +163,8 @@ class StoredSession:
     reset_through: int | None = None
     """Set while a reset is pending: it archives the turns up to this sequence number."""
     retired: set[str] = field(default_factory=set)
-    """Ids of turns a reset archived: a redelivery of one is not a new turn."""
+    """Ids of turns a reset archived: a redelivery of one is not a new turn. Those a
+    compaction or retention moved out are asked of the store instead."""
     hold: str | None = None
     """Why the session is held (a session interrupt, a poison turn), if it is: its
     queued turns wait, and new ones queue behind them, until the hold is released."""
@@ -237,9 +238,10 @@ def compact_turns(state: StoredSession, compaction: Compaction) -> dict[str, Tur
     """
     moving = {t.turn_id: t for t in state.turns.values() if t.seq <= compaction.through}
     for turn_id in moving:
+        # its id is not kept in ``retired``: the store answers for it (`is_archived`), so
+        # what a long session holds stays flat
         del state.turns[turn_id]
         state.cancels.pop(turn_id, None)
-        state.retired.add(turn_id)
     state.transcript.drop_below(compaction.base)
     state.summary, state.summary_since = compaction.summary, compaction.since
     state.compacted_through = max(state.compacted_through, compaction.through)

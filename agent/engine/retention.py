@@ -62,9 +62,10 @@ async def expire_history(
     *,
     now: float,
 ) -> int:
-    """Expire what each agent's retention period is over for; how many turns expired here.
+    """Expire what each agent's retention period is over for; how much was.
 
-    Live turns moved out, expired, count once each session did it.
+    The count is the archived turns expired, plus one for each session whose live
+    turns were moved out, expired (or are being, by the worker of a session at work).
     """
     expired = 0
     for agent in agents:

@@ -143,6 +143,10 @@ class MemoryStore:
     async def pending_resets(self) -> list[SessionKey]:
         return [key for key, s in self._sessions.items() if s.live.reset_through is not None]
 
+    async def is_archived(self, key: SessionKey, turn_id: str) -> bool:
+        s = self._sessions.get(key)
+        return s is not None and any(turn_id in a.turns for a in s.archive.values())
+
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         s = self._sessions.get(key)
         return copy.deepcopy(s.archive.get(generation)) if s is not None else None

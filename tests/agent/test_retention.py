@@ -75,7 +75,7 @@ async def all_text(store: Any) -> str:
 
 
 async def test_expired_turns_lose_their_payloads_and_keep_identity_status_and_usage(store):
-    model = Model()
+    model, landed = Model(), Compactions(store)
     async with AgentRuntime(store, agent(model)) as runtime:
         session = runtime.session("a", "s")
         for n in (1, 2):
@@ -83,6 +83,7 @@ async def test_expired_turns_lose_their_payloads_and_keep_identity_status_and_us
         before = {t.turn_id: t for t in await session.turns()}
         later = max(t.ended_at or 0 for t in before.values()) + HOUR + 1
         assert await runtime.expire_history(now=later) == 1  # one session's turns moved out
+        await landed.wait_for(1)  # at once, or by the worker as it stops
         assert await runtime.expire_history(now=later) == 0  # nothing is expired twice
         live, turns = await session.transcript(), await session.turns()
         archive = await session.archived(0)
@@ -132,6 +133,7 @@ async def test_only_turns_past_the_period_expire_and_a_summary_goes_with_its_old
         # past t1 and t2's period, not yet t3's
         now = (t2_ended + t3.ended_at) / 2 + HOUR
         expired = await runtime.expire_history(now=now)
+        await landed.wait_for(2)  # the summary's notice
         after = await store.load(KEY)
         archive = await session.archived(0)
         [kept] = await session.turns()
@@ -148,7 +150,7 @@ async def test_only_turns_past_the_period_expire_and_a_summary_goes_with_its_old
     assert [m.text for m in live if isinstance(m, UserMessage)] == ["secret 3"]
 
 
-async def test_a_session_at_work_is_left_to_its_worker_which_expires_as_the_turn_ends(store):
+async def test_a_session_at_work_is_expired_by_its_worker_after_the_turn_not_mid_turn(store):
     in_tool, may_finish = asyncio.Event(), asyncio.Event()
 
     @tool
@@ -178,8 +180,8 @@ async def test_a_session_at_work_is_left_to_its_worker_which_expires_as_the_turn
         # past the first turn's period, not the second's, which has not ended yet
         cut = (first.ended_at + time.time()) / 2
         runtime.clock = lambda: cut + HOUR
-        assert await runtime.expire_history() == 0  # at work: left to its worker
-        assert [t.turn_id for t in await session.turns()] == ["t1", "t2"]
+        assert await runtime.expire_history() == 1  # at work: handed to its worker
+        assert [t.turn_id for t in await session.turns()] == ["t1", "t2"]  # not mid-turn
         may_finish.set()
         await session.result(second)
         await landed.wait_for(1)  # the worker commits it right after the turn
@@ -190,6 +192,19 @@ async def test_a_session_at_work_is_left_to_its_worker_which_expires_as_the_turn
     assert archive is not None
     assert sorted(archive.turns) == ["t1"]
     assert archive.turns["t1"].expired_at == cut + HOUR
+
+
+async def swept(replica: AgentRuntime, *, now: float) -> int:
+    """A replica's sweep, once the writer let the idle session go.
+
+    The writer drops its lease just after its turn's result is given, so a sweep at
+    that moment finds the session held (and rightly leaves it to its writer).
+    """
+    for _ in range(2000):
+        if expired := await replica.expire_history(now=now):
+            return expired
+        await asyncio.sleep(0.005)
+    raise AssertionError("the writer never let its idle session go")
 
 
 async def test_a_replica_expires_a_session_another_wrote_and_the_writer_reads_it_back(tmp_path):
@@ -205,8 +220,8 @@ async def test_a_replica_expires_a_session_another_wrote_and_the_writer_reads_it
             for n in (1, 2):
                 await writer.turn(f"secret {n}", turn_id=f"t{n}")
             ended = max(t.ended_at or 0 for t in await writer.turns())
-            # the other replica's sweep: the session is idle, so it takes it and expires it
-            assert await replica_b.expire_history(now=ended + HOUR + 1) == 1
+            # the other replica's sweep: once the session is idle it takes it and expires it
+            assert await swept(replica_b, now=ended + HOUR + 1) == 1
             # the writer finds the session moved on when it takes it back, and reads it again
             await writer.turn("what is left?", turn_id="t3")
             kept = [t.turn_id for t in await writer.turns()]
@@ -221,13 +236,14 @@ async def test_a_replica_expires_a_session_another_wrote_and_the_writer_reads_it
 
 
 async def test_a_session_whose_every_turn_expired_still_cancels_and_runs_new_turns(store):
-    model = Model()
+    model, landed = Model(), Compactions(store)
     async with AgentRuntime(store, agent(model)) as runtime:
         session = runtime.session("a", "s")
         await session.turn("secret 1", turn_id="t1")
         [first] = await session.turns()
         assert first.ended_at is not None
         assert await runtime.expire_history(now=first.ended_at + HOUR + 1) == 1
+        await landed.wait_for(1)
         assert await session.transcript() == []  # nothing live is left
         # a turn queued behind a hold is cancelled: its ending looks for calls it owes
         await session.interrupt("looking into it")

@@ -71,8 +71,8 @@ class Admission:
                 # a redelivery: an unfinished turn is replayed, a suspended one stays suspended
                 self._worker.queue_if_unfinished(known)
                 return turn_id
-            if turn_id in state.retired:
-                return turn_id  # a redelivered turn that a reset archived: nothing is left to run
+            if await self._shared.is_archived(state, turn_id):
+                return turn_id  # a redelivered turn that was archived: nothing is left to run
             if is_held_by_suspend(state):
                 # another process may have resumed it
                 state = await self._shared.reread_unless_busy()
@@ -132,7 +132,7 @@ class Admission:
             self._shared.handed_over.setdefault(turn_id, None)
             logger.info("%s: turn %s is run by another process", self._shared.key, turn_id)
             return
-        if turn_id in state.retired:
+        if await self._shared.is_archived(state, turn_id):
             return
         if is_held_by_suspend(state):
             raise self._shared.suspended_error(state)
@@ -146,9 +146,9 @@ class Admission:
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
-                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+                raise await self._shared.no_turn_error(state, turn_id)
             if new_turn_id is not None and (
-                new_turn_id in state.turns or new_turn_id in state.retired
+                new_turn_id in state.turns or await self._shared.is_archived(state, new_turn_id)
             ):
                 given = state.turns.get(new_turn_id)
                 if given is not None and given.retry_of == turn_id:

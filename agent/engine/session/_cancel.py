@@ -40,7 +40,7 @@ from agent.engine.session._waiters import Waiters
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
 from agent.engine.turn.commits import closing_result, ending_commit
-from agent.errors import ConflictError, RuntimeClosedError, StoreConflictError, UnknownTurnError
+from agent.errors import ConflictError, RuntimeClosedError, StoreConflictError
 
 __all__ = ["CancelPlan", "Cancels"]
 
@@ -70,7 +70,7 @@ class Cancels:
             state = await self._shared.loaded()
             record = state.turns.get(turn_id)
             if record is None:
-                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+                raise await self._shared.no_turn_error(state, turn_id)
             if record.status == "suspended":
                 state = await self._shared.reread_unless_busy()
                 record = state.turns[turn_id]
@@ -85,7 +85,7 @@ class Cancels:
         state = await self._shared.reread_unless_busy()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            raise await self._shared.no_turn_error(state, turn_id)
         if record.is_ended:
             return False
         await self._inbox.hand_over("cancel", turn_id, {"reason": reason})

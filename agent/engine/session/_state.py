@@ -27,7 +27,7 @@ from agent.core.transcript import Compaction
 from agent.core.turns import SessionReset, Suspended, TurnRecord, TurnResult, is_suspend_ending
 from agent.engine.lease import SessionLease
 from agent.engine.turn.steering import SteerBox
-from agent.errors import SessionSuspendedError, StoreError
+from agent.errors import SessionSuspendedError, StoreError, UnknownTurnError
 
 if TYPE_CHECKING:
     from agent.engine.host import SessionHost
@@ -146,9 +146,26 @@ class SessionState:
             "its turns resume when the runtime starts again"
         )
 
-    def no_turn(self, state: StoredSession, turn_id: str) -> str:
-        """Why ``turn_id`` is not a turn of this session, for an error message."""
+    async def is_archived(self, state: StoredSession, turn_id: str) -> bool:
+        """Whether ``turn_id`` left the live state: a reset, a compaction or retention.
+
+        The ids a reset archived are in memory; those compaction moved out are asked of
+        the store, so a long session does not hold every id it ever had.
+        """
         if turn_id in state.retired:
+            return True
+        if turn_id in state.turns or not (state.generation or state.compacted_through):
+            return False
+        return await self.host.store.is_archived(self.key, turn_id)
+
+    async def no_turn_error(self, state: StoredSession, turn_id: str) -> UnknownTurnError:
+        """The error for ``turn_id``, which is no live turn of this session."""
+        archived = await self.is_archived(state, turn_id)
+        return UnknownTurnError(self.no_turn(state, turn_id, archived=archived))
+
+    def no_turn(self, state: StoredSession, turn_id: str, *, archived: bool = False) -> str:
+        """Why ``turn_id`` is not a turn of this session, for an error message."""
+        if archived or turn_id in state.retired:
             return (
                 f"{self.key}: turn {turn_id} was archived by a reset, or moved out by compaction"
                 " or history retention; session.archived(generation) keeps its record"

@@ -64,28 +64,32 @@ class Upkeep:
         return await self._inbox.carry_out(self._session)
 
     async def expire_history(self, *, before: float, at: float) -> bool:
-        """Move out, expired, the turns that ended before ``before``; whether any were.
+        """Move out, expired, the turns that ended before ``before``; whether any are.
 
-        Only an idle session this process can write is expired here: a session at work
-        is expired by its worker as its turn ends, one another process writes by that
-        process's own sweep.
+        A session another process writes is left to that process's own sweep. One at
+        work here is expired by its worker at its next pause between turns; an idle
+        one, at once.
         """
         async with self._writer.locked_and_leased(wait=False) as held:
-            if not held or self._shared.worker_task is not None:
+            if not held:
                 return False
             await self._shared.loaded()
             compactor = self._worker.compactor
-            return compactor.plan_expiry(before=before, at=at) and await compactor.commit_if_ready()
+            if not compactor.plan_expiry(before=before, at=at):
+                return False
+            if self._shared.worker_task is not None:
+                return True  # the worker commits it (or starts again to, as it stops)
+            return await compactor.commit_if_ready()
 
     async def compact_if_due(self) -> bool:
-        """Start the summary an idle session this process can write is due; whether one was.
+        """Start the summary a session this process writes is due; whether one was.
 
         The summary is written in the background and the worker commits it, as after a
         turn: the runtime's sweep catches a session that outgrew its turns with none since
         (compaction newly turned on, a summary that failed).
         """
         async with self._writer.locked_and_leased(wait=False) as held:
-            if not held or self._shared.worker_task is not None:
+            if not held:
                 return False
             await self._shared.loaded()
             return self._worker.compactor.plan(on_ready=self._worker.start)

@@ -32,7 +32,7 @@ class Waiters:
         state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            raise await self._shared.no_turn_error(state, turn_id)
         # a suspend whose cancel its run is writing is not how the turn ends
         outcome = outcome_of(record, state.cancels)
         if outcome is not None:
@@ -77,11 +77,11 @@ class Waiters:
         """Wait, reading the store now and then, for a turn another process runs to end."""
         while True:
             state = await self._shared.reread_unless_busy()
-            if turn_id in state.retired:
-                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            if await self._shared.is_archived(state, turn_id):
+                raise await self._shared.no_turn_error(state, turn_id)
             record = state.turns.get(turn_id)
             if record is None and not await self._is_on_its_way(turn_id):
-                raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+                raise await self._shared.no_turn_error(state, turn_id)
             outcome = outcome_of(record, state.cancels) if record is not None else None
             answered = self._shared.handed_over.get(turn_id)
             if isinstance(outcome, Suspended) and outcome.request.id == answered:
@@ -122,7 +122,7 @@ class Waiters:
         state = await self._shared.loaded()
         record = state.turns.get(turn_id)
         if record is None:
-            raise UnknownTurnError(self._shared.no_turn(state, turn_id))
+            raise await self._shared.no_turn_error(state, turn_id)
         if not replay and not record.is_unfinished:
             return
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()

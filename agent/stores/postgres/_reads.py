@@ -24,6 +24,7 @@ __all__ = [
     "event_bounds",
     "has_session",
     "inbox_sessions",
+    "is_archived",
     "list_sessions",
     "load",
     "load_archive",
@@ -68,8 +69,11 @@ def load(conn: Conn, ids: SessionIds, key: SessionKey) -> StoredSession:
             "SELECT record, cancel FROM turns WHERE session = %s ORDER BY seq", (sid,)
         ).fetchall()
         retired: set[str] = set()
-        if generation or compacted_through:
-            rows = conn.execute("SELECT turn_id FROM archived_turns WHERE session = %s", (sid,))
+        if generation:
+            rows = conn.execute(
+                "SELECT turn_id FROM archived_turns WHERE session = %s AND generation < %s",
+                (sid, generation),
+            )
             retired = {turn_id for (turn_id,) in rows}
     turns = {}
     cancels = {}
@@ -251,3 +255,14 @@ def read_inbox(conn: Conn, key: SessionKey) -> list[tuple[Any, ...]]:
 def inbox_sessions(conn: Conn) -> list[SessionKey]:
     rows = conn.execute("SELECT DISTINCT agent, session_id FROM inbox ORDER BY 1, 2").fetchall()
     return [SessionKey(agent, session_id) for agent, session_id in rows]
+
+
+def is_archived(conn: Conn, ids: SessionIds, key: SessionKey, turn_id: str) -> bool:
+    sid = ids.find(conn, key)
+    if sid is None:
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM archived_turns WHERE session = %s AND turn_id = %s LIMIT 1",
+        (sid, turn_id),
+    ).fetchone()
+    return row is not None

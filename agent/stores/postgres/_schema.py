@@ -150,6 +150,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN summary_since double precision;
     """,
+    # whether a turn id was archived is asked by id, not by generation
+    """
+    CREATE INDEX archived_turns_by_id ON archived_turns (session, turn_id);
+    """,
 )
 
 BREAKING: Final[frozenset[int]] = frozenset()

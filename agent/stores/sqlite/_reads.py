@@ -31,6 +31,7 @@ __all__ = [
     "event_bounds",
     "has_session",
     "inbox_sessions",
+    "is_archived",
     "list_sessions",
     "load",
     "load_archive",
@@ -72,8 +73,11 @@ def load(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey) -> StoredSe
         if cancel is not None:
             cancels[record.turn_id] = cancel
     retired = set()
-    if generation or compacted_through:
-        rows = conn.execute("SELECT turn_id FROM archived_turns WHERE session = ?", (sid,))
+    if generation:
+        rows = conn.execute(
+            "SELECT turn_id FROM archived_turns WHERE session = ? AND generation < ?",
+            (sid, generation),
+        )
         retired = {turn_id for (turn_id,) in rows}
     return StoredSession(
         status=status,
@@ -244,3 +248,13 @@ def read_inbox(conn: sqlite3.Connection, key: SessionKey) -> list[tuple[Any, ...
 def inbox_sessions(conn: sqlite3.Connection) -> list[SessionKey]:
     rows = conn.execute("SELECT DISTINCT agent, session_id FROM inbox ORDER BY 1, 2").fetchall()
     return [SessionKey(agent, session_id) for agent, session_id in rows]
+
+
+def is_archived(conn: sqlite3.Connection, ids: SessionIds, key: SessionKey, turn_id: str) -> bool:
+    sid = ids.find(conn, key)
+    if sid is None:
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM archived_turns WHERE session = ? AND turn_id = ? LIMIT 1", (sid, turn_id)
+    ).fetchone()
+    return row is not None

@@ -120,6 +120,9 @@ class SQLiteStore:
     async def pending_resets(self) -> list[SessionKey]:
         return await self._run(_reads.pending_resets)
 
+    async def is_archived(self, key: SessionKey, turn_id: str) -> bool:
+        return await self._run(_reads.is_archived, self._ids, key, turn_id)
+
     async def load_archive(self, key: SessionKey, generation: int) -> Archive | None:
         return await self._run(_reads.load_archive, self._ids, key, generation)
 
