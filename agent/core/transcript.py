@@ -36,11 +36,6 @@ class Transcript(list[Message]):
     def __bool__(self) -> bool:
         return super().__len__() > 0
 
-    @property
-    def live(self) -> int:
-        """How many messages are held (the live ones)."""
-        return super().__len__()
-
     @overload
     def __getitem__(self, index: SupportsIndex) -> Message: ...
     @overload

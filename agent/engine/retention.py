@@ -20,7 +20,7 @@ from agent.definition.agent import Agent
 from agent.errors import RuntimeClosedError
 from agent.ports import SessionStore
 
-__all__ = ["compact_history", "expire_history", "expire_now_and_then", "sweep_interval"]
+__all__ = ["compact_history", "expire_history", "now_and_then", "sweep_interval"]
 
 logger = logging.getLogger("agent")
 
@@ -79,13 +79,13 @@ async def expire_history(
     return expired
 
 
-async def expire_now_and_then(sweep: Callable[[], Awaitable[object]], seconds: float) -> None:
-    """Call ``sweep`` every ``seconds`` until the runtime closes."""
+async def now_and_then(work: Callable[[], Awaitable[object]], seconds: float, doing: str) -> None:
+    """Await ``work`` every ``seconds`` until the runtime closes; ``doing`` names a failure."""
     while True:
         await asyncio.sleep(seconds)
         try:
-            await sweep()
+            await work()
         except RuntimeClosedError:
             return
         except Exception:
-            logger.exception("could not expire or compact history; trying again")
+            logger.exception("could not %s; trying again", doing)

@@ -17,7 +17,7 @@ from agent.engine.lease import LEASE_SECONDS, new_holder, retire
 from agent.engine.retention import (
     compact_history,
     expire_history,
-    expire_now_and_then,
+    now_and_then,
     sweep_interval,
 )
 from agent.engine.session import AgentSession
@@ -187,9 +187,11 @@ class AgentRuntime:
             else:
                 self.schedule_expiry(key, suspended)
         if self._sweep_seconds is not None:
-            _ = self.spawn(self._sweep_now_and_then(self._sweep_seconds), name="sweep")
+            finding = now_and_then(self.sweep, self._sweep_seconds, "look for unfinished turns")
+            _ = self.spawn(finding, name="sweep")
         if (every := sweep_interval(self._agents.values())) is not None:
-            _ = self.spawn(expire_now_and_then(self.tend_history, every), name="history")
+            tending = now_and_then(self.tend_history, every, "expire or compact history")
+            _ = self.spawn(tending, name="history")
         if self.hands_over and isinstance(self.store, InboxWakeups):
             self.store.subscribe_inbox(self._handed, missed=self._handed_maybe)
         return recovered
@@ -248,16 +250,6 @@ class AgentRuntime:
                     # session, or may (its owner died)
                     looked += await self.session(key.agent, key.session_id).upkeep.carry_out_inbox()
         return looked
-
-    async def _sweep_now_and_then(self, seconds: float) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await self.sweep()
-            except RuntimeClosedError:
-                return
-            except Exception:
-                logger.exception("could not look for unfinished turns; trying again")
 
     def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
         """Answer ``suspended``'s request as expired when its time comes (now, if overdue)."""

@@ -34,6 +34,12 @@ KEY = SessionKey("a", "s")
 WAIT = 10.0
 
 
+async def count(session: Any, first: int, last: int) -> None:
+    """Turns ``t<first>`` to ``t<last>``, each saying "count <n>"."""
+    for n in range(first, last + 1):
+        await session.turn(f"count {n}", turn_id=f"t{n}")
+
+
 class Summaries:
     """A scripted model: answers each turn, and writes numbered summaries when asked."""
 
@@ -68,8 +74,7 @@ async def test_the_oldest_turns_give_way_to_a_summary_the_next_request_starts_wi
     model, compactions = Summaries(), Compactions(store)
     async with AgentRuntime(store, model.agent(keep=2, every=3)) as runtime:
         session = runtime.session("a", "s")
-        for n in range(1, 6):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 1, 5)
         await compactions.wait_for(1)
         live = await session.transcript()
         kept = [t.turn_id for t in await session.turns()]
@@ -105,8 +110,7 @@ async def test_a_compacted_session_reloads_as_it_was_and_its_old_turns_stay_reti
     model, compactions = Summaries(), Compactions(store)
     async with AgentRuntime(store, model.agent(keep=2, every=3)) as runtime:
         session = runtime.session("a", "s")
-        for n in range(1, 6):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 1, 5)
         await compactions.wait_for(1)
 
     model.answered.clear()
@@ -133,11 +137,9 @@ async def test_each_summary_builds_on_the_last_and_a_reset_starts_clean(store):
     model, compactions = Summaries(), Compactions(store)
     async with AgentRuntime(store, model.agent(keep=1, every=2)) as runtime:
         session = runtime.session("a", "s")
-        for n in range(1, 4):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 1, 3)
         await compactions.wait_for(1)
-        for n in range(4, 6):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 4, 5)
         await compactions.wait_for(2)
         state = await store.load(KEY)
         reset = await session.reset()
@@ -159,8 +161,7 @@ async def test_a_summary_that_fails_leaves_the_turns_live_and_is_tried_again(sto
     model, compactions = Summaries(fail_first=True), Compactions(store)
     async with AgentRuntime(store, model.agent(keep=2, every=3)) as runtime:
         session = runtime.session("a", "s")
-        for n in range(1, 6):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 1, 5)
         await asyncio.wait_for(model.first_asked.wait(), WAIT)
         await session.turn("count 6", turn_id="t6")  # its end plans again
         await compactions.wait_for(1)
@@ -178,8 +179,7 @@ async def test_the_runtimes_sweep_compacts_a_session_that_outgrew_its_turns_with
     plain = Agent(name="a", model=model.model())
     async with AgentRuntime(store, plain) as runtime:
         session = runtime.session("a", "s")
-        for n in range(1, 6):
-            await session.turn(f"count {n}", turn_id=f"t{n}")
+        await count(session, 1, 5)
     assert model.asked_to_summarise == []  # no compaction configured yet
 
     async with AgentRuntime(store, model.agent(keep=2, every=3)) as runtime:

@@ -22,7 +22,6 @@ from agent.core.model import ModelReply, ModelRequest
 from agent.core.records import SessionKey, StoredSession
 from agent.core.retention import EXPIRED_NOTICE
 from agent.core.transcript import Compaction
-from agent.core.turns import TURN_STATUSES_UNFINISHED
 from agent.definition.agent import Agent
 from agent.definition.compacting import Compacting
 
@@ -51,7 +50,7 @@ def plan_compaction(state: StoredSession, compacting: Compacting) -> tuple[int, 
     older, kept = turns[: -compacting.keep_turns], turns[-compacting.keep_turns :]
     if len(older) < compacting.every:
         return None
-    if any(t.status in TURN_STATUSES_UNFINISHED or t.status == "suspended" for t in older):
+    if not all(t.is_ended for t in older):
         return None
     openings = [t.opening_index for t in kept if t.opening_index is not None]
     base = min(openings, default=len(state.transcript))

@@ -31,10 +31,10 @@ from agent.engine.turn.steering import SteerBox
 
 __all__ = [
     "RETRY_BY",
+    "RETRY_PROMPT",
     "OutputSoFar",
     "ask_for_output",
     "output_so_far",
-    "retry_prompt",
     "settle_output",
 ]
 
@@ -42,13 +42,12 @@ RETRY_BY = "agent:output"
 """Who the prompt asking again for a missing result is attributed to."""
 
 
-def retry_prompt() -> str:
-    """What the model reads after a reply that gave no result."""
-    return (
-        f"Your reply did not call {OUTPUT_TOOL}. Call {OUTPUT_TOOL} now with the result "
-        "of this request, as its schema says; the person has your answer already, so "
-        "there is no need to repeat it."
-    )
+RETRY_PROMPT = (
+    f"Your reply did not call {OUTPUT_TOOL}. Call {OUTPUT_TOOL} now with the result "
+    "of this request, as its schema says; the person has your answer already, so "
+    "there is no need to repeat it."
+)
+"""What the model reads after a reply that gave no result."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +145,7 @@ async def ask_for_output(
     so_far = output_so_far(run.transcript, run.turn_id, run.record.opening_index or 0)
     at = len(run.transcript) + len(reply)
     exhausted = so_far.misses + 1 > run.agent.output_retries
-    asking = TriggerMessage(turn_id=run.turn_id, text=retry_prompt(), by=RETRY_BY)
+    asking = TriggerMessage(turn_id=run.turn_id, text=RETRY_PROMPT, by=RETRY_BY)
     prompt = () if exhausted else (StoredMessage(at, asking),)
     if reply or prompt:
         await run.commit(Commit(messages=(*reply, *prompt), steps=steps))
