@@ -128,6 +128,7 @@ from agent.errors import (
     InvalidAnswerError,
     LeaseLostError,
     ModelError,
+    ReplayIntegrityError,
     ResumeAuthorizationError,
     ResumeConflictError,
     RuntimeClosedError,
@@ -141,6 +142,7 @@ from agent.errors import (
     TurnInterruptedError,
     TurnSuspendedError,
     UnknownTurnError,
+    is_replay_integrity_error,
 )
 from agent.models.anthropic.rules import EFFORTS, Effort
 from agent.models.anthropic.settings import DEFAULT_MODEL, AnthropicSettings
@@ -224,6 +226,7 @@ __all__ = [
     "PolicyAnswerer",
     "PostgresStore",
     "ReasoningDelta",
+    "ReplayIntegrityError",
     "ResumeAuthorizationError",
     "ResumeConflictError",
     "RetryPolicy",
@@ -278,6 +281,7 @@ __all__ = [
     "drop_held",
     "grant_answer",
     "held_turns",
+    "is_replay_integrity_error",
     "is_terminal",
     "open_store",
     "receive",

@@ -5,7 +5,8 @@ The tree::
     AgentError
     ├── ConfigError            the engine was assembled or called wrongly (our misuse)
     ├── StoreError             the session store could not read or write
-    │   └── StoreConflictError a conditional write found the record changed under it
+    │   ├── StoreConflictError a conditional write found the record changed under it
+    │   └── ReplayIntegrityError   a replay found the store disagreeing with the loop
     ├── ConflictError          the session is not in a state that allows this (HTTP 409)
     │   ├── SessionSuspendedError  a new turn while the session waits for a person
     │   ├── ResumeConflictError    a resume of a turn or request that is not waiting
@@ -42,6 +43,7 @@ __all__ = [
     "FatalToolError",
     "InvalidAnswerError",
     "ModelError",
+    "ReplayIntegrityError",
     "ResumeAuthorizationError",
     "ResumeConflictError",
     "RuntimeClosedError",
@@ -56,6 +58,7 @@ __all__ = [
     "TurnInterruptedError",
     "TurnSuspendedError",
     "UnknownTurnError",
+    "is_replay_integrity_error",
 ]
 
 
@@ -77,6 +80,42 @@ class StoreConflictError(StoreError):
 
 class LeaseLostError(StoreError):
     """Another process took the session on while this one still meant to write to it."""
+
+
+class ReplayIntegrityError(StoreError):
+    """A replay found the store disagreeing with the loop: the turn cannot go on from it.
+
+    A step stored where the loop would write none, or a transcript that does not
+    line up with where the loop stands. Nothing more is written for the turn (any
+    recovery write would ask the diverged history for a position it cannot give, and
+    its own refusal would hide this one); the turn stays as stored for an operator.
+    ``expected`` is where the loop stands, ``found`` what the store holds there.
+    """
+
+    def __init__(self, message: str, *, turn_id: str, expected: str, found: str) -> None:
+        super().__init__(f"{message} (the loop expected {expected}; the store holds {found})")
+        self.turn_id, self.expected, self.found = turn_id, expected, found
+
+
+def is_replay_integrity_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is, wraps or groups a `ReplayIntegrityError`.
+
+    For code that wraps the engine and must keep its rule: such an error is raised on
+    untouched, never answered with more writes for the turn.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ReplayIntegrityError):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
 
 
 class ConflictError(AgentError):

@@ -218,6 +218,8 @@ class Suspended:
     opening_text: str = ""
     event: InboundEvent | None = None
     policy: TurnPolicy | None = None
+    settled: dict[str, JsonValue] = field(default_factory=dict)
+    """Results committed behind the asking call, unplaced, by id; a cancel places them."""
 
 
 TurnResult = Annotated[
@@ -253,8 +255,9 @@ class TurnRecord:
     ended_at: float | None = None
     """When it ended; a history retention period counts from here."""
     expired_at: float | None = None
-    """When its input, messages and result were deleted under the agent's history
-    retention; its identity, status, timestamps and usage stay (`agent.core.retention`)."""
+    """When its content was deleted under history retention (`agent.core.retention`)."""
+    patches: tuple[str, ...] = ()
+    """The loop shape changes its opening knew (`agent.engine.turn.patches`)."""
     steering: tuple[Steering, ...] = ()
     """The input that steered the turn, as `AgentSession.turns` lists it. Not stored with
     the record: the transcript holds steering, and the steps what waits to be placed."""
@@ -325,7 +328,7 @@ def moved(
             the record's, except that a suspend starts the count again at 0.
 
     Returns:
-        The moved record, to be written; ``record`` itself is left as it was.
+        The moved record, to be written (``record`` itself is left as it was).
 
     Raises:
         TurnError: ``to`` may not follow the record's status, or ``result`` does not

@@ -67,6 +67,10 @@ class Agent:
     """Seconds a remote tool still running when its turn is cancelled (a cancel, a
     replace, a reset, the time limit) may take to finish; then its task is cancelled
     and the call's result says so, so no turn waits forever on a tool."""
+    max_parallel_calls: int = 8
+    """Calls of one model reply that run at once; the rest wait for a slot, in call order
+    (so 1 runs them one after another). Local calls take their transactions one at a
+    time whatever this says; their results reach the transcript in call order."""
     on_lost: Literal["resume", "interrupt"] = "resume"
     """What becomes of a turn whose process was lost while it ran (a crash, a host gone):
     ``resume`` runs it on from its last checkpoint, never repeating a committed step;
@@ -103,6 +107,8 @@ class Agent:
             raise ConfigError(
                 f"agent {self.name}: on_lost must be 'resume' or 'interrupt', not {self.on_lost!r}"
             )
+        if self.max_parallel_calls < 1:
+            raise ConfigError(f"agent {self.name}: max_parallel_calls must be 1 or more")
         if not self.tool_cancel_grace >= 0:
             raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
         if self.history_retention is not None and not self.history_retention > 0:

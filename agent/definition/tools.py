@@ -8,6 +8,7 @@ carry ``ctx.idempotency_key``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import typing
@@ -144,6 +145,11 @@ class Tool:
     timeout: float | None = None
     """Seconds one call may run (remote tools only); past it the call's task is
     cancelled and its result is a `TimeoutError` the model sees, as if the tool raised."""
+    requires_approval: bool = False
+    """A person approves each call before it runs (the engine asks, on the call's
+    behalf, the turn's speaker by default); a call declined or left to expire does not
+    run and the model is told so. Recorded with the call, so a replay keeps asking even
+    in a process that declares the tool without it."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -181,7 +187,11 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -190,6 +200,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a function; its input schema comes from the type hints.
 
@@ -197,6 +208,9 @@ def tool(
     part of the schema. The description defaults to the docstring. ``timeout``
     (seconds, async tools only) bounds one call: past it the call is cancelled and
     the model gets a `TimeoutError` result, like a tool that raised.
+    ``requires_approval`` makes each call wait for a person's yes before it runs
+    (see `Tool.requires_approval`); it works for a plain ``def`` too, since the engine
+    asks before the call's transaction opens.
 
     Example:
         >>> @tool
@@ -213,7 +227,8 @@ def tool(
     """
 
     def declare(fn: Callable[..., Any]) -> Tool:
-        return _declare(fn, name=name, description=description, timeout=timeout)
+        declared = _declare(fn, name=name, description=description, timeout=timeout)
+        return dataclasses.replace(declared, requires_approval=requires_approval)
 
     return declare(fn) if fn is not None else declare
 

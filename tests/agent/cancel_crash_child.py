@@ -111,6 +111,9 @@ class Child:
     def agent(self) -> Agent:
         return Agent(
             name=AGENT,
+            # the kill points stand between calls of a batch run one by one; batches
+            # run concurrently are killed in test_parallel_crash.py
+            max_parallel_calls=1,
             model=ScriptedModel(self.script),
             instructions="You do two things in a row when asked.",
             tools=[tool(self.first), tool(self.second)],

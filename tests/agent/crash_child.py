@@ -161,6 +161,9 @@ class Child:
     def agent(self) -> Agent:
         return Agent(
             name=AGENT,
+            # the kill points stand between calls of a batch run one by one; batches
+            # run concurrently are killed in test_parallel_crash.py
+            max_parallel_calls=1,
             model=ScriptedModel(self.script, chunk=8),
             instructions="You run a small shop.",
             tools=[

@@ -61,6 +61,7 @@ def test_public_names_are_pinned():
             "PostgresStore", "describe_database", "InboxWakeups",
             "INTERRUPT_REASONS", "WaitTimedOut", "ActionProgress", "OUTPUT_TOOL", "Compacting",
             "SteerRefusedError", "Steered", "Steering", "TurnSteered",
+            "ReplayIntegrityError", "is_replay_integrity_error",
         ]
     )  # fmt: skip
     for name in agent.__all__:

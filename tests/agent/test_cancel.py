@@ -212,7 +212,9 @@ async def test_a_cancel_between_calls_of_a_batch_closes_the_rest_and_the_next_ca
     sink = RecordingSink()
     model = ScriptedModel(batch_then_done("first", "second", "third"))
     tools = [gates.tool("first"), gates.tool("second"), gates.tool("third")]
-    runtime = await runtime_with(store, model, tools, sink)
+    # one call at a time, so the cancel lands between calls (a batch of concurrent calls
+    # is cancelled in test_parallel_calls.py)
+    runtime = await runtime_with(store, model, tools, sink, max_parallel_calls=1)
     session = runtime.session("a", "s1")
     turn_id = await session.start("go")
     await wait_for(gates.entered["first"])
@@ -296,7 +298,7 @@ async def test_a_cancelled_batch_is_accepted_by_the_messages_api_on_the_next_tur
         settings = AnthropicSettings(api_key="test-key", base_url=api.base_url, max_retries=0)
         model = AnthropicModel(settings)
         runtime = await runtime_with(
-            sqlite_store, model, [gates.tool("first"), gates.tool("second")]
+            sqlite_store, model, [gates.tool("first"), gates.tool("second")], max_parallel_calls=1
         )
         session = runtime.session("a", "s1")
         turn_id = await session.start("Do both.")

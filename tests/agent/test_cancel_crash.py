@@ -36,6 +36,8 @@ CHILD = Path(__file__).with_name("cancel_crash_child.py")
 CALLS = [("first", child.FIRST_CALL), ("second", child.SECOND_CALL)]
 BATCH_STEPS = {f"tool:1:{call_id}" for _, call_id in CALLS}
 CANCELLED_CALL = {"cancelled": True}
+KINDS = {child.FIRST_CALL: "remote", child.SECOND_CALL: "remote"}
+"""The kind of each call, recorded with the reply that made them."""
 
 
 class Child(ChildProcess):
@@ -174,7 +176,7 @@ def _cancel_while_first_runs_then_kill(
         None,
     )
     # the batch's reply committed; neither of its calls has a result yet
-    assert killed.steps == {"model:1": {"message": 1}}
+    assert killed.steps == {"model:1": {"message": 1, "kinds": KINDS}}
     assert killed.roles() == ["user", "assistant"]
     assert killed.tool_messages == []
     [_, batch] = killed.messages
@@ -213,7 +215,7 @@ def test_a_cancel_stored_before_a_sigkill_ends_the_turn_cancelled_at_the_next_st
     assert final.roles() == ["user", "assistant", "tool", "tool"]
     assert final.tool_messages == [(name, call_id, CANCELLED_CALL, True) for name, call_id in CALLS]
     assert final.steps == {
-        "model:1": {"message": 1},
+        "model:1": {"message": 1, "kinds": KINDS},
         f"tool:1:{child.FIRST_CALL}": {"message": 2, "is_error": True},
         f"tool:1:{child.SECOND_CALL}": {"message": 3, "is_error": True},
     }

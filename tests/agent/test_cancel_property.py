@@ -369,9 +369,14 @@ def check_history(transcript: list[Message], turns: dict[str, TurnRecord], where
 
 
 def check_steps(disk: Disk) -> None:
-    """Each reply and result is memoized by exactly the step that committed it."""
+    """Each reply and result is memoized by exactly the step that committed it.
+
+    A result committed while a call ahead of it was still owed (calls run concurrently)
+    is memoized by its value, and placed, unchanged, once the calls ahead have theirs.
+    """
     transcript = disk.transcript
     at = -1
+    placed: dict[tuple[str, str], Message] = {}
     for i, message in enumerate(transcript):
         if isinstance(message, AssistantMessage):
             at = i
@@ -379,15 +384,29 @@ def check_steps(disk: Disk) -> None:
             assert memo is not None, f"reply {i} has no memo"
             assert memo["message"] == i, f"reply {i} has memo {memo}"
         elif isinstance(message, ToolMessage):
-            memo = disk.steps.get((message.turn_id, f"tool:{at}:{message.call_id}"))
+            step = f"tool:{at}:{message.call_id}"
+            memo = disk.steps.get((message.turn_id, step))
             assert memo is not None, f"result {i} has no memo"
-            assert memo["message"] == i, f"result {i} has memo {memo}"
+            placed[(message.turn_id, step)] = message
+            if "message" in memo:
+                assert memo["message"] == i, f"result {i} has memo {memo}"
+            else:
+                assert (memo["result"], memo["is_error"]) == (message.result, message.is_error), (
+                    f"result {i} is not the one its step settled: {memo}"
+                )
     for (turn_id, step_id), memo in disk.steps.items():
         assert turn_id in disk.turns, f"step {step_id} of turn {turn_id} outlived its turn"
-        if step_id.startswith(("model:", "tool:")):
+        if step_id.startswith(("model:", "tool:")) and "message" in memo:
             index = memo["message"]
             assert index < len(transcript), f"step {step_id} of {turn_id} points past the end"
             assert transcript[index].turn_id == turn_id, f"step {step_id} points at {index}"
+        elif step_id.startswith("tool:") and (turn_id, step_id) not in placed:
+            # settled, waiting for a call ahead of it: only the open turn's newest batch
+            record = disk.turns[turn_id]
+            assert record.status in ("queued", "running", "suspended"), (
+                f"step {step_id} of ended turn {turn_id} settled but never placed"
+            )
+            assert int(step_id.split(":")[1]) == at, f"step {step_id} is not of the newest batch"
 
 
 def check_status(status: str, transcript: list[Message], turns: dict[str, TurnRecord]) -> None:

@@ -142,7 +142,7 @@ def _park_and_kill(
     }
     assert parked.record["resumes"] == 0
     # the model's call committed; the parked call has no result and no answer yet
-    assert parked.steps == {"model:1": {"message": 1}}
+    assert parked.steps == {"model:1": {"message": 1, "kinds": {child.CALL_ID: "remote"}}}
     assert not [step for step in parked.steps if step.startswith("input:")]
     assert parked.roles == ["user", "assistant"]
     # the tool was entered once, and stopped at the ask before its side effect

@@ -54,9 +54,10 @@ async def test_steps_are_memoised_under_model_and_tool_ids(store):
     steps = await store.load_steps(SessionKey("a", "s1"), done.turn_id)
     # model:1 is the reply at transcript index 1; tool:1:c1 is the call that reply made
     assert set(steps) == {"model:1", "tool:1:c1", "model:3"}
-    # each memo points at the message it committed with: results are stored once
+    # each memo points at the message it committed with: results are stored once; a
+    # reply with calls records each call's kind, for a replay to read (see kinds)
     assert steps == {
-        "model:1": {"message": 1},
+        "model:1": {"message": 1, "kinds": {"c1": "local"}},
         "tool:1:c1": {"message": 2, "is_error": False},
         "model:3": {"message": 3},
     }

@@ -111,6 +111,7 @@ async def test_stopped_turn_resumes_from_its_last_checkpoint_on_start_up(store):
 async def test_crash_mid_batch_resumes_only_the_calls_still_owed(store):
     ran: list[str] = []
     gate = Gate()
+    others_done = _AfterResults({"c-a", "c-c"})
 
     @tool
     async def fetch(name: str, ctx: ToolContext) -> str:
@@ -128,11 +129,16 @@ async def test_crash_mid_batch_resumes_only_the_calls_still_owed(store):
             ",".join(str(m.result) for m in request.messages if isinstance(m, ToolMessage))
         )
 
-    async with AgentRuntime(
-        store, Agent(name="a", model=ScriptedModel(script), tools=[fetch])
-    ) as rt:
+    agent = Agent(name="a", model=ScriptedModel(script), tools=[fetch])
+    async with AgentRuntime(store, agent, sink=others_done) as rt:
         await rt.session("a", "s1").start("go", turn_id="t1")
         await gate.reached.wait()
+        await others_done.wait()  # a and c ended around b, which is still in flight
+
+    # c's result committed before b's: it waits as its step's memo, out of the transcript
+    steps = await store.load_steps(KEY, "t1")
+    assert steps["tool:1:c-c"] == {"result": "C", "is_error": False}
+    assert [m.role for m in (await store.load(KEY)).transcript] == ["user", "assistant", "tool"]
 
     gate.opened.set()
     async with AgentRuntime(
@@ -140,11 +146,31 @@ async def test_crash_mid_batch_resumes_only_the_calls_still_owed(store):
     ) as rt:
         result = await rt.session("a", "s1").result("t1")
 
+    # the results reach the model in call order, whatever order the calls ended in
     assert result == Completed(turn_id="t1", text="A,B,C")
     names = [r.split(":")[0] for r in ran]
-    assert names == ["a", "b", "b", "c"]  # a committed before the stop; b was in flight
+    assert names == ["a", "b", "c", "b"]  # a and c committed before the stop; b was in flight
     keys_of_b = {r.split(":")[1] for r in ran if r.startswith("b:")}
     assert len(keys_of_b) == 1  # at-least-once, with the same idempotency key
+
+
+class _AfterResults(RecordingSink):
+    """Records events; `wait` returns once each of ``call_ids`` has its result."""
+
+    def __init__(self, call_ids: set[str]) -> None:
+        super().__init__()
+        self._waiting = set(call_ids)
+        self._done = asyncio.Event()
+
+    def emit(self, event) -> None:
+        super().emit(event)
+        if event.type == "action.completed":
+            self._waiting.discard(event.call_id)
+            if not self._waiting:
+                self._done.set()
+
+    async def wait(self) -> None:
+        await self._done.wait()
 
 
 async def test_start_up_recovers_queued_turns_in_order(store):

@@ -37,8 +37,8 @@ def calling(*calls, final="ok"):
     return script
 
 
-async def run_turn(store, tools, script, sink=None):
-    agent = Agent(name="a", model=ScriptedModel(script), tools=tools)
+async def run_turn(store, tools, script, sink=None, **agent_fields):
+    agent = Agent(name="a", model=ScriptedModel(script), tools=tools, **agent_fields)
     async with AgentRuntime(store, agent, sink=sink) as runtime:
         session = runtime.session("a", "s1")
         return await session.result(await session.start("go"))
@@ -356,8 +356,13 @@ async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local
         raise AssertionError("ran after a fatal error")
 
     sink = RecordingSink()
+    # one call at a time: the call after the fatal one never starts
     result = await run_turn(
-        store, [doom, after], calling(call("doom", id="c1"), call("after", id="c2")), sink
+        store,
+        [doom, after],
+        calling(call("doom", id="c1"), call("after", id="c2")),
+        sink,
+        max_parallel_calls=1,
     )
 
     assert isinstance(result, Failed)
@@ -372,6 +377,43 @@ async def test_fatal_tool_error_fails_the_turn_and_closes_the_batch(store, local
         {"error": "not run: the turn failed before this call"},
     ]
     assert sink.types()[-1] == "turn.failed"
+
+
+async def test_a_fatal_error_in_a_concurrent_batch_fails_the_turn_once_the_others_end(store):
+    doomed = asyncio.Event()
+
+    @tool
+    async def doom() -> str:
+        """Break."""
+        doomed.set()
+        raise FatalToolError("deployment is missing its bucket")
+
+    @tool
+    async def slow() -> str:
+        """Finish after the fatal call raised."""
+        await doomed.wait()
+        return "slow done"
+
+    @tool
+    async def later() -> str:
+        """Start only once a slot is free."""
+        raise AssertionError("started after the fatal error")
+
+    sink = RecordingSink()
+    calls = calling(call("slow", id="c0"), call("doom", id="c1"), call("later", id="c2"))
+    result = await run_turn(store, [doom, slow, later], calls, sink, max_parallel_calls=2)
+
+    assert isinstance(result, Failed)
+    assert (result.phase, result.step) == ("tool", "tool:1:c1")
+    messages = await tool_messages(store)
+    # the call already running when the fatal one raised ran to its own result; the call
+    # still waiting for a slot never started; the transcript keeps call order
+    assert [(m.call_id, m.result) for m in messages] == [
+        ("c0", "slow done"),
+        ("c1", {"error": "FatalToolError: deployment is missing its bucket"}),
+        ("c2", {"error": "not run: the turn failed before this call"}),
+    ]
+    assert [e.call_id for e in sink.events if e.type == "action.requested"] == ["c0", "c1"]
 
 
 @pytest.mark.parametrize(

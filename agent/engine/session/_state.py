@@ -79,6 +79,8 @@ class SessionState:
         """Callbacks of `AgentSession.observe`, each with the turn it watches (None: all)."""
         self.halted: str | None = None
         """Why this session stopped running turns until the next start, if it did."""
+        self.diverged: StoreError | None = None
+        """The `ReplayIntegrityError` that halted it, if one did: callers get it untouched."""
         self.queued_unfinished = False
         """Whether the unfinished turns of the loaded copy were queued (once per load)."""
         self.reset_done: asyncio.Future[SessionReset] | None = None
@@ -141,6 +143,8 @@ class SessionState:
 
     def halted_error(self) -> StoreError:
         """The error callers get while this session is halted."""
+        if self.diverged is not None:
+            return self.diverged
         return StoreError(
             f"{self.key} halted after an internal error ({self.halted}); "
             "its turns resume when the runtime starts again"

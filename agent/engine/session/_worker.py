@@ -21,7 +21,7 @@ from agent.engine.session._compactor import Compactor
 from agent.engine.session._state import SessionState
 from agent.engine.session._waiters import Waiters
 from agent.engine.turn.run import TurnRun
-from agent.errors import LeaseLostError, RuntimeClosedError
+from agent.errors import LeaseLostError, ReplayIntegrityError, RuntimeClosedError
 
 __all__ = ["Worker"]
 
@@ -295,6 +295,9 @@ class Worker:
         """
         logger.exception("turn %s of %s stopped on an internal error", turn_id, self._shared.key)
         self._shared.halted = describe_error(exc)
+        if isinstance(exc, ReplayIntegrityError):
+            # a replay that disagreed with the store is told as found, both positions named
+            self._shared.diverged = exc
         self._shared.queue.clear()
         error = self._shared.halted_error()
         self._waiters.fail_all(lambda turn_id: error)

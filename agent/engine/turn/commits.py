@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from agent._json import JsonValue
@@ -14,7 +15,8 @@ from agent.core.messages import (
     UserMessage,
 )
 from agent.core.records import Commit, StoredMessage, StoredSession, StoredStep
-from agent.core.turns import Cancelled, Failed, Interrupted, TurnRecord, moved
+from agent.core.turns import Cancelled, Failed, Interrupted, Suspended, TurnRecord, moved
+from agent.engine.turn.patches import PATCHES
 
 __all__ = [
     "CANCELLED_CALL",
@@ -23,6 +25,8 @@ __all__ = [
     "ending_commit",
     "opening_commit",
     "owed_calls",
+    "settled_memo",
+    "settled_message",
 ]
 
 NOT_RUN_AFTER_FAILURE = {"error": "not run: the turn failed before this call"}
@@ -49,7 +53,9 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
         message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
     else:
         message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
-    opened = moved(record, "running", opening_index=index, runs=1)  # its first run begins
+    # the shape of the loop it opens under: it keeps it through every replay (see patches)
+    shaped = dataclasses.replace(record, patches=PATCHES)
+    opened = moved(shaped, "running", opening_index=index, runs=1)  # its first run begins
     return opened, Commit(
         messages=(StoredMessage(index, message),), turns=(opened,), status="running"
     )
@@ -73,6 +79,24 @@ def owed_calls(transcript: list[Message], turn_id: str) -> tuple[tuple[ToolCall,
     return tuple(c for c in last.tool_calls if c.id not in answered), i
 
 
+def settled_memo(message: ToolMessage) -> dict[str, JsonValue]:
+    """The memo of a call that finished before the calls ahead of it: its result, unplaced."""
+    return {"result": message.result, "is_error": message.is_error}
+
+
+def settled_message(turn_id: str, call: ToolCall, memo: JsonValue) -> ToolMessage | None:
+    """The result a `settled_memo` holds, as the call's tool message; None for another memo."""
+    if not isinstance(memo, dict) or "result" not in memo:
+        return None
+    return ToolMessage(
+        turn_id=turn_id,
+        call_id=call.id,
+        name=call.name,
+        result=memo["result"],
+        is_error=memo.get("is_error") is True,
+    )
+
+
 def ending_commit(
     state: StoredSession,
     record: TurnRecord,
@@ -80,6 +104,7 @@ def ending_commit(
     closing: JsonValue,
     *,
     own: Mapping[str, JsonValue] | None = None,
+    settled: Mapping[str, JsonValue] | None = None,
 ) -> Commit:
     """The transaction that ends a turn early: its record, and a result for each owed call.
 
@@ -88,13 +113,22 @@ def ending_commit(
     from then on, which would wedge the conversation for good). A call named in
     ``own`` gets its own result instead: it ran, and its outcome is what ended the turn
     (a `FatalToolError`'s message), so later turns show the model what really happened.
+    A call in ``settled`` (its `settled_memo`, by call id) finished, and its result was
+    committed before the calls ahead of it: that result is placed (its step is stored
+    already). By default these are the ones a suspended turn's checkpoint keeps.
     """
     own = own or {}
+    if settled is None:
+        settled = record.result.settled if isinstance(record.result, Suspended) else {}
     owed, at = owed_calls(state.transcript, record.turn_id)
     messages: list[StoredMessage] = []
     steps: list[StoredStep] = []
     for offset, call in enumerate(owed):
         index = len(state.transcript) + offset
+        finished = settled_message(record.turn_id, call, settled.get(call.id))
+        if finished is not None and call.id not in own:
+            messages.append(StoredMessage(index, finished))
+            continue
         message = ToolMessage(
             turn_id=record.turn_id,
             call_id=call.id,

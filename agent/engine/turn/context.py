@@ -22,6 +22,7 @@ from agent.core.turns import TurnRecord
 from agent.definition.agent import Agent
 from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy
+from agent.definition.tools import Tool
 from agent.ports import SessionStore
 
 __all__ = ["Interrupted", "RunContext", "StepFailed", "is_being_cancelled"]
@@ -81,6 +82,16 @@ class RunContext:
         """Set when the turn is to stop at its next checkpoint boundary."""
         self._timed_out = False
         self._summary: tuple[str, Message] | None = None
+        self.is_replay = False
+        """This run picks the turn up again (a crash, a takeover, an answer): what the turn
+        committed before is read back from the store, and checked against the loop."""
+        self._stored: dict[str, JsonValue] | None = None
+        self.unplaced: dict[str, JsonValue] = {}
+        """The batch's calls whose result is committed but not yet in the transcript (it
+        waits for a call ahead of it), by call id: their `settled_memo`."""
+        self.kinds: dict[int, dict[str, str]] = {}
+        """The kind recorded for each call (`agent.engine.turn.kinds`), by the transcript
+        index of the reply that made it."""
         given = record.input
         # A turn admitted with no policy (before policies existed, or by a program) runs
         # under its source's policy as the agent has it now, rather than with every tool.
@@ -129,6 +140,21 @@ class RunContext:
         """The turn ran out of time: it stops at its next boundary, as if cancelled."""
         self._timed_out = True
         self.interrupted.set()
+
+    def tool_for(self, name: str) -> Tool | None:
+        """The tool a call names, as this process declares it; None if unknown or denied."""
+        return None if name in self.denied else self.agent.tools_by_name.get(name)
+
+    async def stored_steps(self) -> dict[str, JsonValue]:
+        """The step memos the turn had committed when this run began, read once.
+
+        Only a replay has any; the steps this run writes are known in memory.
+        """
+        if self._stored is None:
+            self._stored = (
+                await self.store.load_steps(self.key, self.turn_id) if self.is_replay else {}
+            )
+        return self._stored
 
     async def answers(self) -> dict[str, JsonValue]:
         """This turn's stored answers by step id, read once per run."""

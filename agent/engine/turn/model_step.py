@@ -19,7 +19,8 @@ from agent.core.model import ModelReply, ModelRequest, TextDelta, ThinkingDelta
 from agent.core.records import Commit, StoredMessage, StoredStep
 from agent.definition.tools import describe_error
 from agent.engine.turn.context import Interrupted, RunContext, StepFailed, is_being_cancelled
-from agent.errors import LeaseLostError, ModelError
+from agent.engine.turn.kinds import kinds_of
+from agent.errors import LeaseLostError, ModelError, ReplayIntegrityError
 
 __all__ = ["FinalReply", "model_step"]
 
@@ -45,8 +46,10 @@ async def model_step(run: RunContext, index: int) -> FinalReply | None:
     Raises:
         Interrupted: The turn is to stop; nothing of this step was written.
         StepFailed: The model failed for good, or its reply may not commit.
+        ReplayIntegrityError: A replay found this reply stored as a step already.
     """
     step = f"model:{index}"
+    await _check_no_reply_stored(run, index)
     while True:
         try:
             reply = await _unless_interrupted(run, _ask_model(run, step))
@@ -68,13 +71,37 @@ async def model_step(run: RunContext, index: int) -> FinalReply | None:
     )
     # The memo points at the message it committed with, so the reply is stored once.
     messages = (StoredMessage(index, message),)
-    steps = (StoredStep(step, run.turn_id, {"message": index}),)
     if not message.tool_calls:
+        steps = (StoredStep(step, run.turn_id, {"message": index}),)
         return FinalReply(message.text, messages, steps)
+    # each call's kind is decided here, once: a replay reads it back (see `kinds`)
+    kinds = kinds_of(run, message.tool_calls)
+    steps = (StoredStep(step, run.turn_id, {"message": index, "kinds": dict(kinds)}),)
+    run.kinds[index] = kinds
     await run.commit(Commit(messages=messages, steps=steps))
     if message.text:
         run.emit(MessageCompleted, text=message.text, index=index)
     return None
+
+
+async def _check_no_reply_stored(run: RunContext, index: int) -> None:
+    """Refuse to ask the model for a reply the store says it already holds (a replay).
+
+    Raises:
+        ReplayIntegrityError: The step is stored but its message is not where the
+            transcript ends: history and transcript disagree.
+    """
+    memo = (await run.stored_steps()).get(f"model:{index}")
+    if memo is None:
+        return
+    placed = memo.get("message") if isinstance(memo, dict) else None
+    raise ReplayIntegrityError(
+        f"{run.key}: turn {run.turn_id}: the model's reply for index {index} is stored as "
+        "a step, but the transcript ends before it",
+        turn_id=run.turn_id,
+        expected=f"no step model:{index} (the transcript ends at {index - 1})",
+        found=f"step model:{index} placed at index {placed}",
+    )
 
 
 async def _ask_model(run: RunContext, step: str) -> ModelReply:

@@ -18,11 +18,8 @@ from agent._json import JsonValue
 from agent.core.events import (
     InputRequested,
     MessageCompleted,
-    TurnCancelled,
     TurnCompleted,
     TurnEvent,
-    TurnFailed,
-    TurnInterrupted,
     TurnStarted,
     TurnSteered,
 )
@@ -31,30 +28,24 @@ from agent.core.messages import AssistantMessage, Usage
 from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
 from agent.core.turns import (
     POISON_RUNS,
-    Cancelled,
     Completed,
-    Failed,
     Suspended,
     TurnRecord,
     TurnResult,
     moved,
-    stop_result,
 )
-from agent.core.turns import Interrupted as InterruptedResult
 from agent.definition.agent import Agent
+from agent.engine.turn.batch import run_batch, unplaced_results
 from agent.engine.turn.commits import (
-    NOT_RUN_AFTER_FAILURE,
-    closing_result,
-    ending_commit,
     opening_commit,
     owed_calls,
 )
 from agent.engine.turn.context import Interrupted, RunContext, StepFailed
+from agent.engine.turn.endings import fail, hold, stop
 from agent.engine.turn.model_step import model_step
 from agent.engine.turn.output import ask_for_output, settle_output
 from agent.engine.turn.steering import PendingSteer, SteerBox, steer_step, steers_placed
-from agent.engine.turn.tool_step import tool_step
-from agent.errors import StoreError
+from agent.errors import ReplayIntegrityError
 from agent.ports import SessionStore
 
 __all__ = ["TurnRun"]
@@ -99,6 +90,7 @@ class TurnRun:
             holder=holder,
             still_ours=still_ours,
         )
+        self._run.is_replay = self._is_replay()
         self._stop_landed = stop_landed
         self._steers = steers if steers is not None else SteerBox()
         self._steers_read = False
@@ -151,10 +143,10 @@ class TurnRun:
         if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
             return cancelled
         if self._is_replay() and run.record.runs >= POISON_RUNS:
-            return await self._hold()
+            return await hold(self._run)
         if self._is_replay() and run.record.runs and run.agent.on_lost == "interrupt":
             # a run counted and never ended: the process under it was lost, not stopped
-            return await self._cancel("lost")
+            return await stop(self._run, "lost")
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
         run.emit(TurnStarted, trigger=trigger)
@@ -162,9 +154,7 @@ class TurnRun:
             try:
                 return await self._loop()
             except StepFailed as failure:
-                return await self._fail(
-                    failure.error, phase=failure.phase, step=failure.step, call_id=failure.call_id
-                )
+                return await fail(self._run, failure)
             except Interrupted:
                 if cancelled := await self._cancel_if_still_asked():
                     return cancelled
@@ -188,7 +178,7 @@ class TurnRun:
         if self._stop_landed is not None:
             await self._stop_landed()
         reason = self._run.cancel_reason()
-        return None if reason is None else await self._cancel(reason)
+        return None if reason is None else await stop(self._run, reason)
 
     async def _suspend(self, request: InputRequest) -> TurnResult:
         """Suspend the turn on ``request``, in one checkpoint.
@@ -204,6 +194,7 @@ class TurnRun:
             opening_text=given.text,
             event=given.event,
             policy=given.policy,
+            settled=await unplaced_results(run),
         )
         record = moved(run.record, "suspended", result=result)
         await run.commit(Commit(turns=(record,), status="suspended"))
@@ -238,36 +229,22 @@ class TurnRun:
         if cancelled:
             raise asyncio.CancelledError
 
-    async def _hold(self) -> TurnResult:
-        """End a turn the process died under `POISON_RUNS` times in a row: held, not resumed."""
-        run = self._run
-        detail = (
-            f"the process stopped {run.record.runs} times in a row while running this turn "
-            "(a tool may be killing it), so it is not resumed again; an operator may retry "
-            "or drop it (python -m bot turns --held)"
-        )
-        result = InterruptedResult(turn_id=run.turn_id, reason="held", detail=detail)
-        ending = ending_commit(run.state, run.record, result, closing_result(result))
-        # the turns queued behind it wait too, until the operator decides (see `holds`)
-        await run.commit(dataclasses.replace(ending, hold=f"turn {run.turn_id} is held: {detail}"))
-        run.emit(TurnInterrupted, reason="held", detail=detail)
-        return result
-
     async def _loop(self) -> TurnResult:
         run = self._run
         while True:
             last = run.transcript[-1]
             if last.turn_id != run.turn_id:
-                raise StoreError(
-                    f"{run.key}: turn {run.turn_id} is not at the end of the transcript "
-                    f"(turn {last.turn_id} is); refusing to continue it out of order"
+                raise ReplayIntegrityError(
+                    f"{run.key}: turn {run.turn_id} is not at the end of the transcript; "
+                    "refusing to continue it out of order",
+                    turn_id=run.turn_id,
+                    expected=f"turn {run.turn_id} at transcript index {len(run.transcript) - 1}",
+                    found=f"a message of turn {last.turn_id}",
                 )
             owed, at = owed_calls(run.transcript, run.turn_id)
             if owed:
-                for call in owed:
-                    # a cancel is honoured between calls; the calls not run get a closing result
-                    run.stop_if_cancelled()
-                    await tool_step(run, at, call)
+                # the calls not run (a cancel, a failure) get a closing result at the ending
+                await run_batch(run, at, owed)
                 continue
             run.stop_if_cancelled()
             if await self._place_steers():
@@ -371,27 +348,3 @@ class TurnRun:
             if isinstance(message, AssistantMessage) and message.turn_id == run.turn_id:
                 total += message.usage or Usage()
         return total
-
-    async def _fail(
-        self, error: str, *, phase: str, step: str, call_id: str | None = None
-    ) -> TurnResult:
-        run = self._run
-        result = Failed(turn_id=run.turn_id, error=error, phase=phase, step=step)  # type: ignore[arg-type]
-        # the call that failed the turn ran: it keeps its own error, the rest were not run
-        own = {call_id: {"error": error}} if call_id is not None else None
-        await run.commit(
-            ending_commit(run.state, run.record, result, NOT_RUN_AFTER_FAILURE, own=own)
-        )
-        run.emit(TurnFailed, error=error, phase=phase, step=step)
-        return result
-
-    async def _cancel(self, reason: str) -> TurnResult:
-        """End the turn as its stop request says: cancelled, or interrupted (see `stop_result`)."""
-        run = self._run
-        result = stop_result(run.turn_id, reason)
-        await run.commit(ending_commit(run.state, run.record, result, closing_result(result)))
-        if isinstance(result, Cancelled):
-            run.emit(TurnCancelled, reason=reason)
-        else:
-            run.emit(TurnInterrupted, reason=result.reason, detail=result.detail)
-        return result

@@ -27,7 +27,6 @@ from agent.core.hitl import (
     with_expiry,
 )
 from agent.core.messages import AssistantMessage, ToolCall, ToolMessage
-from agent.core.records import Commit, StoredMessage, StoredStep, apply_commit
 from agent.core.turns import INTERRUPT_REASONS
 from agent.definition.tools import (
     Tool,
@@ -36,7 +35,10 @@ from agent.definition.tools import (
     idempotency_key,
     jsonable_result,
 )
+from agent.engine.turn.approval import approved_or_declined
 from agent.engine.turn.context import RunContext, StepFailed
+from agent.engine.turn.kinds import needs_approval, recorded_kind
+from agent.engine.turn.placement import Placement
 from agent.engine.turn.progress import ProgressLine
 from agent.errors import FatalToolError, ToolError
 
@@ -45,12 +47,15 @@ __all__ = ["tool_step"]
 log = logging.getLogger(__name__)
 
 
-async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
+async def tool_step(run: RunContext, at: int, call: ToolCall, placement: Placement) -> None:
     """Run ``call`` of the assistant message at transcript index ``at``; commit its result.
+
+    ``placement`` says where the result goes (see `agent.engine.turn.placement`).
 
     Raises:
         StepFailed: The tool raised `FatalToolError`.
-        InputRequired: A remote tool asked for a person's answer that is not stored yet.
+        InputRequired: A person's answer is needed and not stored yet: the call's
+            approval (see `agent.engine.turn.approval`), or the tool's own request.
     """
     step = f"tool:{at}:{call.id}"
     asking = run.transcript[at]
@@ -66,22 +71,27 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
         reporter=progress,
     )
     # a denied tool is no tool at all here, whatever the model was talked into
-    tool = None if call.name in run.denied else run.agent.tools_by_name.get(call.name)
+    tool = run.tool_for(call.name)
+    recorded = await recorded_kind(run, at, call)
     if tool is not None and not tool.is_local:
         ctx = dataclasses.replace(ctx, inputs=_AnswerLookup(run, call))
     try:
         if tool is None:
             raise ToolError(f"unknown tool: {call.name}")
         arguments = tool.parse_input(call.input)
+        declined = await approved_or_declined(run, call) if needs_approval(recorded, tool) else None
     except ToolError as exc:
         message = _tool_message(run, call, error=exc)
-        await run.commit(_tool_commit(run, step, message))
+        await placement.record(step, message)
     else:
         try:
-            if tool.is_local:
-                message = await _local_call(run, step, call, tool, arguments, ctx)
+            if declined is not None:
+                message = _declined(run, call, declined)
+                await placement.record(step, message)
+            elif tool.is_local:
+                message = await _local_call(run, placement, step, call, tool, arguments, ctx)
             else:
-                message = await _remote_call(run, step, call, tool, arguments, ctx)
+                message = await _remote_call(run, placement, step, call, tool, arguments, ctx)
         except FatalToolError as exc:
             raise StepFailed(describe_error(exc), phase="tool", step=step, call_id=call.id) from exc
         finally:
@@ -97,6 +107,7 @@ async def tool_step(run: RunContext, at: int, call: ToolCall) -> None:
 
 async def _local_call(
     run: RunContext,
+    placement: Placement,
     step: str,
     call: ToolCall,
     tool: Tool,
@@ -106,25 +117,19 @@ async def _local_call(
     def work(handle: Any) -> JsonValue:
         return jsonable_result(tool, tool.call(arguments, dataclasses.replace(ctx, handle=handle)))
 
-    def record(outcome: JsonValue | Exception) -> Commit:
+    def outcome_message(outcome: JsonValue | Exception) -> ToolMessage:
         if isinstance(outcome, FatalToolError):
             raise outcome
         if isinstance(outcome, Exception):
-            return _tool_commit(run, step, _tool_message(run, call, error=outcome))
-        return _tool_commit(run, step, _tool_message(run, call, result=outcome))
+            return _tool_message(run, call, error=outcome)
+        return _tool_message(run, call, result=outcome)
 
-    def fenced(outcome: JsonValue | Exception) -> Commit:
-        return dataclasses.replace(record(outcome), holder=run.holder)
-
-    commit = await run.store.commit_with(run.key, work, fenced)
-    apply_commit(run.state, commit)
-    message = commit.messages[0].message
-    assert isinstance(message, ToolMessage)
-    return message
+    return await placement.record_local(step, work, outcome_message)
 
 
 async def _remote_call(
     run: RunContext,
+    placement: Placement,
     step: str,
     call: ToolCall,
     tool: Tool,
@@ -158,8 +163,14 @@ async def _remote_call(
         except asyncio.CancelledError as exc:
             # something the tool awaited was cancelled, not this turn: the call failed
             message = _tool_message(run, call, error=exc)
-    await run.commit(_tool_commit(run, step, message))
+    await placement.record(step, message)
     return message
+
+
+def _declined(run: RunContext, call: ToolCall, result: JsonValue) -> ToolMessage:
+    return ToolMessage(
+        turn_id=run.turn_id, call_id=call.id, name=call.name, result=result, is_error=True
+    )
 
 
 async def _until_done_or_stopped(
@@ -262,15 +273,6 @@ def _tool_message(
             is_error=True,
         )
     return ToolMessage(turn_id=run.turn_id, call_id=call.id, name=call.name, result=result)
-
-
-def _tool_commit(run: RunContext, step: str, message: ToolMessage) -> Commit:
-    index = len(run.transcript)
-    memo = {"message": index, "is_error": message.is_error}
-    return Commit(
-        messages=(StoredMessage(index, message),),
-        steps=(StoredStep(step, run.turn_id, memo),),
-    )
 
 
 class _AnswerLookup:
