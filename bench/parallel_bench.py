@@ -52,7 +52,8 @@ class BatchClock:
             self.last_end = now
 
     def seconds(self) -> float:
-        assert self.first_start is not None and self.last_end is not None
+        assert self.first_start is not None
+        assert self.last_end is not None
         return self.last_end - self.first_start
 
 

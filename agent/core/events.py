@@ -137,6 +137,8 @@ class InputRequested(_Event):
 
     type: Literal["input.requested"] = "input.requested"
     request: dict[str, Any]
+    others: list[dict[str, Any]] = []
+    """The other requests of the batch, in call order: each is shown and answered alone."""
 
 
 class TurnCompleted(_Event):

@@ -160,9 +160,11 @@ AuthorizeAnswer = Callable[[AnswerCheck], bool | Awaitable[bool]]
 class InputRequired(BaseException):
     """Raised by ``request_input`` to suspend the turn. Not an `Exception`: do not catch it."""
 
-    def __init__(self, request: InputRequest) -> None:
+    def __init__(self, request: InputRequest, others: tuple[InputRequest, ...] = ()) -> None:
         super().__init__(request.id)
         self.request = request
+        self.others = others
+        """The other requests of the same batch (its calls ask at once), in call order."""
 
 
 class _Expired:

@@ -3,8 +3,8 @@
 A turn's status is stored (`TurnStatus`); the moves between statuses are listed
 once (`TURN_TRANSITIONS`) and made through one function (`moved`), so a reader
 can see every way a turn can go, and a wrong move raises instead of being
-written. `phase_of` names the phases that the stored status alone does not tell
-apart, without changing what is stored.
+written. `agent.core.phases` names the phases that the stored status alone does not
+tell apart.
 """
 
 from __future__ import annotations
@@ -39,16 +39,12 @@ __all__ = [
     "SessionReset",
     "Suspended",
     "TurnInput",
-    "TurnPhase",
     "TurnRecord",
     "TurnResult",
     "TurnStatus",
     "WaitTimedOut",
-    "is_suspend_ending",
     "may_move",
     "moved",
-    "outcome_of",
-    "phase_of",
     "stop_result",
 ]
 
@@ -87,30 +83,6 @@ TURN_TRANSITIONS: Final[Mapping[TurnStatus, frozenset[TurnStatus]]] = MappingPro
     }
 )
 """Which status may follow which: the only moves `moved` makes."""
-
-TurnPhase = Literal[
-    "queued",
-    "resuming",
-    "running",
-    "suspended",
-    "ending_suspended",
-    "completed",
-    "failed",
-    "cancelled",
-    "interrupted",
-]
-"""Where a turn stands, derived from its record and its session's cancel requests (never stored).
-
-- ``queued``: admitted, and has never run (its opening message is not written yet);
-- ``resuming``: stored "queued", but it was suspended and answered: it runs on from
-  where it stopped, its opening message long written;
-- ``running``: opened, not ended (a cancel request may be waiting for its next boundary);
-- ``suspended``: waits for a person's answer;
-- ``ending_suspended``: stored "suspended", but a cancel request for it is stored too:
-  the cancel came while the suspend was being written, so the turn's run is ending it
-  now, and nobody is to answer it;
-- ``completed``, ``failed``, ``cancelled``, ``interrupted``: ended.
-"""
 
 POISON_RUNS: Final = 3
 """Runs of one turn in a row that the process died during, after which start-up
@@ -210,16 +182,28 @@ class Interrupted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Suspended:
-    """The turn is suspended: it waits for a person to answer ``request``."""
+    """The turn is suspended: it waits for a person to answer ``request`` (and ``others``)."""
 
     status: Literal["suspended"] = "suspended"
     turn_id: str
     request: InputRequest
+    others: tuple[InputRequest, ...] = ()
+    """The batch's other open requests, in call order: each is answered on its own, and
+    the turn runs on once none is left open."""
     opening_text: str = ""
     event: InboundEvent | None = None
     policy: TurnPolicy | None = None
     settled: dict[str, JsonValue] = field(default_factory=dict)
     """Results committed behind the asking call, unplaced, by id; a cancel places them."""
+
+    @property
+    def requests(self) -> tuple[InputRequest, ...]:
+        """Every request still open, in call order."""
+        return (self.request, *self.others)
+
+    def request_for(self, input_id: str) -> InputRequest | None:
+        """The open request ``input_id``, if the turn waits on it."""
+        return next((r for r in self.requests if r.id == input_id), None)
 
 
 TurnResult = Annotated[
@@ -356,38 +340,6 @@ def moved(
         runs=(0 if to == "suspended" else record.runs) if runs is None else runs,
         ended_at=time.time() if to in TURN_STATUSES_ENDED else None,
     )
-
-
-def phase_of(record: TurnRecord, cancels: Mapping[str, str]) -> TurnPhase:
-    """Where ``record``'s turn stands (see `TurnPhase`).
-
-    Args:
-        record: The turn.
-        cancels: Its session's stored cancel requests, by turn id.
-    """
-    status = record.status
-    if status == "queued":
-        return "queued" if record.opening_index is None else "resuming"
-    if status == "suspended":
-        return "ending_suspended" if record.turn_id in cancels else "suspended"
-    return status
-
-
-def is_suspend_ending(record: TurnRecord, cancels: Mapping[str, str]) -> bool:
-    """Whether the turn is suspended but a cancel for it is stored: its run is ending it."""
-    return phase_of(record, cancels) == "ending_suspended"
-
-
-def outcome_of(record: TurnRecord, cancels: Mapping[str, str]) -> TurnResult | None:
-    """What someone waiting on the turn is told: how it ended, or the suspend it waits in.
-
-    Returns:
-        The turn's result; None while that is still to come: the turn is unfinished,
-        or it is a suspend whose cancel is being written (the turn ends cancelled).
-    """
-    if record.result is None or record.is_unfinished or is_suspend_ending(record, cancels):
-        return None
-    return record.result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

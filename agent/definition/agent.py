@@ -69,8 +69,9 @@ class Agent:
     and the call's result says so, so no turn waits forever on a tool."""
     max_parallel_calls: int = 8
     """Calls of one model reply that run at once; the rest wait for a slot, in call order
-    (so 1 runs them one after another). Local calls take their transactions one at a
-    time whatever this says; their results reach the transcript in call order."""
+    (so 1 runs them one after another, and one that asks a person holds the rest until it
+    is answered). Local calls take their transactions one at a time whatever this says;
+    results reach the transcript in call order."""
     on_lost: Literal["resume", "interrupt"] = "resume"
     """What becomes of a turn whose process was lost while it ran (a crash, a host gone):
     ``resume`` runs it on from its last checkpoint, never repeating a committed step;

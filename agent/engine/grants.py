@@ -37,9 +37,11 @@ async def grant_answer(
         AuthorizeAnswerError: The hook raised; nothing was applied, so retry.
     """
     suspended = await session.suspended()
-    if suspended is None or suspended.turn_id != turn_id or suspended.request.id != input_id:
+    request = None
+    if suspended is not None and suspended.turn_id == turn_id:
+        request = suspended.request_for(input_id)
+    if request is None:
         raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
-    request = suspended.request
     who = request.answerers
     if not isinstance(who, PolicyAnswerer):
         return None

@@ -104,14 +104,18 @@ def fold_turn(key: SessionKey, state: StoredSession, record: TurnRecord) -> Iter
     elif isinstance(ending, Interrupted):
         yield TurnInterrupted(**base, seq=next_seq(), reason=ending.reason, detail=ending.detail)
     elif isinstance(ending, Suspended):
-        # the call that asked has no result yet, but its run showed it before it asked
-        waiting = calls.get(ending.request.call_id)
-        if waiting is not None:
-            yield ActionRequested(
-                **base,
-                seq=next_seq(),
-                call_id=waiting.id,
-                name=waiting.name,
-                input=waiting.input,
-            )
-        yield InputRequested(**base, seq=next_seq(), request=ending.request.as_dict())
+        # the calls that asked have no result yet, but their run showed them before
+        for asking in ending.requests:
+            waiting = calls.get(asking.call_id)
+            if waiting is not None:
+                yield ActionRequested(
+                    **base,
+                    seq=next_seq(),
+                    call_id=waiting.id,
+                    name=waiting.name,
+                    input=waiting.input,
+                )
+        others = [other.as_dict() for other in ending.others]
+        yield InputRequested(
+            **base, seq=next_seq(), request=ending.request.as_dict(), others=others
+        )

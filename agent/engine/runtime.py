@@ -177,15 +177,16 @@ class AgentRuntime:
             suspended = record.result
             if key.agent not in self._agents or not isinstance(suspended, Suspended):
                 continue
-            expires_at = suspended.request.expires_at
-            if expires_at is not None and expires_at <= self.clock():
-                # It fell due while no process ran. It is answered as expired before
-                # start() returns, so nobody reads the stale suspend; its turn then runs
-                # like any other.
-                session = self.session(key.agent, key.session_id)
-                await _expire_quietly(self, session, suspended.turn_id, suspended.request.id)
-            else:
-                self.schedule_expiry(key, suspended)
+            session = self.session(key.agent, key.session_id)
+            for request in suspended.requests:
+                if request.expires_at is not None and request.expires_at <= self.clock():
+                    # It fell due while no process ran. It is answered as expired before
+                    # start() returns, so nobody reads the stale suspend; once none of
+                    # its requests is open, its turn runs like any other.
+                    await _expire_quietly(self, session, suspended.turn_id, request.id)
+            still = await session.suspended()
+            if still is not None and still.turn_id == suspended.turn_id:
+                self.schedule_expiry(key, still)
         if self._sweep_seconds is not None:
             finding = now_and_then(self.sweep, self._sweep_seconds, "look for unfinished turns")
             _ = self.spawn(finding, name="sweep")
@@ -252,14 +253,19 @@ class AgentRuntime:
         return looked
 
     def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
-        """Answer ``suspended``'s request as expired when its time comes (now, if overdue)."""
-        expires_at = suspended.request.expires_at
-        if expires_at is None or self._is_closed:
+        """Answer ``suspended``'s first request to fall due as expired when its time comes.
+
+        One timer per turn: once that request is settled, the next is scheduled.
+        """
+        due = [r for r in suspended.requests if r.expires_at is not None]
+        if not due or self._is_closed:
             return
+        first = min(due, key=lambda r: r.expires_at or 0.0)
+        assert first.expires_at is not None
         self.cancel_expiry(key, suspended.turn_id)
-        delay = max(0.0, expires_at - self.clock())
+        delay = max(0.0, first.expires_at - self.clock())
         self._expiries[(key, suspended.turn_id)] = asyncio.get_running_loop().call_later(
-            delay, self.expire_soon, key, suspended.turn_id, suspended.request.id
+            delay, self.expire_soon, key, suspended.turn_id, first.id
         )
 
     def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:

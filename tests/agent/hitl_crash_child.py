@@ -172,7 +172,7 @@ async def main(
             elif phase == "wrong-user":
                 await refuse_wrong_user(store, session)
             elif phase == "resume":
-                pending = await session.pending()
+                [pending] = await session.pending()
                 print(f"PENDING {request_json(pending)}", flush=True)
                 await session.resume(TURN_ID, INPUT_ID, True, by=APPROVER)
                 print(f"RESULT {result_json(await ended(session, TURN_ID, ending))}", flush=True)

@@ -188,7 +188,9 @@ async def test_a_call_of_a_tool_this_process_does_not_declare_is_not_run(store):
         done = await asyncio.wait_for(runtime.session("a", "s1").result("t1"), WAIT)
 
     assert ran == []
-    assert done == Completed(turn_id="t1", text="c0: warm; c1: {'error': 'ToolError: unknown tool: deploy'}")
+    assert done == Completed(
+        turn_id="t1", text="c0: warm; c1: {'error': 'ToolError: unknown tool: deploy'}"
+    )
 
 
 async def test_a_reply_recorded_before_kinds_were_kept_consults_the_tools_as_declared(tmp_path):

@@ -329,7 +329,7 @@ async def test_a_parked_turn_can_be_cancelled_and_its_request_is_withdrawn(store
     assert await session.cancel(turn_id) is True
 
     assert await session.result(turn_id) == Cancelled(turn_id=turn_id, reason="requested")
-    assert await session.pending() is None
+    assert await session.pending() == ()
     assert await session.status() == "idle"
     assert not runtime._expiries  # the request's expiry timer went with it
     with pytest.raises(ResumeConflictError):
@@ -479,7 +479,7 @@ async def test_replace_leaves_a_parked_approval_alone(store):
     with pytest.raises(SessionSuspendedError):
         await session.start("something newer", replace=True)
 
-    assert (await session.pending()) is not None
+    assert (await session.pending()) != ()
     assert [t.status for t in await session.turns()] == ["suspended"]
     await session.resume(parked, "ok", True, by="U1")
     assert isinstance(await session.result(parked), Completed)
@@ -510,7 +510,7 @@ async def test_reset_archives_the_history_with_a_parked_approval_and_starts_afre
     assert (reset.previous_session, reset.generation) == ("s1#g0", 1)
     assert await session.status() == "new"
     assert await session.turns() == []
-    assert await session.pending() is None
+    assert await session.pending() == ()
     assert not runtime._expiries
     for table in ("messages", "steps", "turns"):
         assert await sqlite_store.dump_table(table) == [], table

@@ -564,7 +564,7 @@ class Driver:
             assert parked.turn_id not in self.doomed, f"start refused by doomed {parked.turn_id}"
             # a replacing start never cancels a parked approval
             assert (await self.memory())[parked.turn_id].status == "suspended"
-            assert await self.session.pending() == parked.request
+            assert await self.session.pending() == (parked.request,)
             assert read_disk(self.db).cancels == asked, "a refused start asked a turn to stop"
             return
         assert parked is None, f"{turn_id} was admitted while {parked.turn_id} is parked"
@@ -598,7 +598,7 @@ class Driver:
             # nobody runs a parked turn: it ends at once, its request withdrawn
             ended = (await self.memory())[turn_id]
             assert ended.result == Cancelled(turn_id=turn_id, reason="requested"), ended
-            assert await self.session.pending() is None
+            assert await self.session.pending() == ()
 
     async def wait(self, op: Wait) -> None:
         if not self.admitted:
@@ -676,7 +676,7 @@ class Driver:
         assert (status == "suspended") == bool(parked), f"{where}: {status} / {parked}"
         # a park whose cancel was taken is ending: it asks nobody any more
         asking = bool(parked) and parked[0].turn_id not in self.doomed
-        assert ((await self.session.pending()) is None) == (not asking), f"{where}: {parked}"
+        assert ((await self.session.pending()) == ()) == (not asking), f"{where}: {parked}"
         if not any(t.status in OPEN for t in memory.values()):
             assert status in ("new", "idle"), f"{where}: quiescent but {status}"
 

@@ -144,7 +144,7 @@ async def test_a_tool_asking_parks_the_turn_with_one_checkpoint(store):
     assert parked.event == SPEAKER
     assert parked.policy == policy  # the policy travels with the park
     assert await session.status() == "suspended"
-    assert await session.pending() == parked.request
+    assert await session.pending() == (parked.request,)
     [requested] = [e for e in sink.events if e.type == "input.requested"]
     assert requested.request == parked.request.as_dict()
     assert sink.types(turn_id)[-1] == "input.requested"
@@ -279,7 +279,7 @@ async def test_an_answer_the_schema_refuses_is_refused_and_nothing_is_stored(sto
     with pytest.raises(InvalidAnswerError, match="is not of type 'boolean'"):
         await session.resume(turn_id, "approve", "yes please", by="U1")
     assert await session.status() == "suspended"
-    assert await session.pending() is not None
+    assert await session.pending() != ()
     assert await answers(store, turn_id) == {}
     await runtime.close()
 
@@ -366,7 +366,7 @@ async def test_a_turn_with_no_inbound_event_has_no_restriction(store):
     proactive = TurnInput(text="daily post", trigger="proactive", by="schedule:daily")
     session, turn_id = await park(runtime, proactive)
 
-    assert (await session.pending()).answerers is None
+    assert (await session.pending())[0].answerers is None
     await session.resume(turn_id, "approve", True)  # the host drives its own resume
     assert isinstance(await session.result(turn_id), Completed)
     assert ledger.posted == ["hello team"]
@@ -456,7 +456,7 @@ async def test_two_processes_answering_at_once_apply_one_answer(tmp_path):
     second_store = await SQLiteStore.open(path)
     second = await runtime_with(second_store, ledger)
     replica = second.session("a", "s1")
-    assert (await replica.pending()).id == "approve"
+    assert (await replica.pending())[0].id == "approve"
 
     outcomes = await asyncio.gather(
         session.resume(turn_id, "approve", True, by="U1"),
@@ -479,7 +479,7 @@ async def test_an_unanswered_request_expires_and_the_tool_sees_it(store):
     ledger = Ledger()
     runtime = await runtime_with(store, ledger, ask={"ttl": 0.2})
     session, turn_id = await park(runtime)
-    request = await session.pending()
+    [request] = await session.pending()
     assert request.expires_at is not None
 
     done = await next_ending(session, turn_id)
@@ -572,7 +572,7 @@ async def test_a_tool_that_asks_twice_parks_twice(store):
 
     runtime = await runtime_with(store, ledger, tools=[post])
     session, turn_id = await park(runtime)
-    assert (await session.pending()).id == "editor"
+    assert (await session.pending())[0].id == "editor"
     await session.resume(turn_id, "editor", True, by="U1")
     parked_again = await next_park(session, turn_id)
     assert parked_again.request.id == "legal"
@@ -617,7 +617,8 @@ async def test_an_expiry_timer_that_runs_ahead_of_the_clock_tries_again(store):
 # -- found by a review ------------------------------------------------------------------------
 
 
-async def test_one_approval_never_approves_another_call_asking_with_the_same_id(store):
+@pytest.mark.parametrize("slots", [1, 8], ids=["one-by-one", "together"])
+async def test_one_approval_never_approves_another_call_asking_with_the_same_id(store, slots):
     ledger = Ledger()
 
     def two_posts(request: Any) -> Any:
@@ -630,14 +631,24 @@ async def test_one_approval_never_approves_another_call_asking_with_the_same_id(
             call("post", {"text": "DROP everything"}, id="c2"),
         )
 
-    runtime = await runtime_with(store, ledger, model=ScriptedModel(two_posts))
+    runtime = await runtime_with(
+        store, ledger, model=ScriptedModel(two_posts), max_parallel_calls=slots
+    )
     session, turn_id = await park(runtime)
-    assert (await session.pending()).call_id == "c1"
-    await session.resume(turn_id, "approve", True, by="U1")
-
-    second = await next_park(session, turn_id)  # the second call asks for itself
-    assert (second.request.id, second.request.call_id) == ("approve@c2", "c2")
-    assert ledger.posted == ["harmless"]
+    if slots == 1:
+        # one call at a time: the second asks only once the first has its answer
+        assert [r.call_id for r in await session.pending()] == ["c1"]
+        await session.resume(turn_id, "approve", True, by="U1")
+        second = await next_park(session, turn_id)
+        assert (second.request.id, second.request.call_id) == ("approve@c2", "c2")
+        assert ledger.posted == ["harmless"]
+    else:
+        # both ask at once, each under an id of its own; an answer settles its own call
+        pending = await session.pending()
+        assert [(r.id, r.call_id) for r in pending] == [("approve", "c1"), ("approve@c2", "c2")]
+        await session.resume(turn_id, "approve", True, by="U1")
+        assert [r.id for r in await session.pending()] == ["approve@c2"]
+        assert ledger.posted == []  # the turn waits for the other answer first
     await session.resume(turn_id, "approve@c2", False, by="U1")
     assert (await next_ending(session, turn_id)).text == "both handled"
     assert ledger.posted == ["harmless"]

@@ -31,6 +31,7 @@ from agent import (
 )
 from agent.core import turns
 from agent.core.hitl import InputRequest
+from agent.core.phases import is_suspend_ending, outcome_of, phase_of
 from agent.core.records import Commit, SessionKey, StoredMessage
 from agent.core.turns import (
     POISON_RUNS,
@@ -40,11 +41,8 @@ from agent.core.turns import (
     Interrupted,
     TurnInput,
     TurnStatus,
-    is_suspend_ending,
     may_move,
     moved,
-    outcome_of,
-    phase_of,
 )
 from agent.errors import FatalToolError, ModelError, TurnError
 from agent.testing import MemoryStore, ScriptedModel, call, reply

@@ -88,10 +88,22 @@ def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelReques
 def _answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
-        return reply(f"done: {last.result}")
+        batch = []
+        for message in reversed(request.messages):
+            if not isinstance(message, ToolMessage):
+                break
+            batch.insert(0, message)
+        return reply("done: " + "; ".join(str(m.result) for m in batch))
     text = last.text
     if "explode" in text:
         raise RuntimeError("the model's backend is down")
+    if text.startswith("announce both "):  # two calls of one step, each asking
+        first, _, second = text.removeprefix("announce both ").partition(" and ")
+        calls = [
+            call("announce", {"text": first}, id="c-first"),
+            call("announce", {"text": second}, id="c-second"),
+        ]
+        return reply("", *calls)
     if text.startswith("announce "):
         return reply("", call("announce", {"text": text.removeprefix("announce ")}))
     asks: dict[str, tuple[str, dict[str, Any]]] = {

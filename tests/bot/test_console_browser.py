@@ -236,3 +236,45 @@ async def test_a_tools_progress_shows_on_its_line_while_it_runs(tmp_path, page):
         await expect(page.locator(".msg.assistant").last).to_have_text("all read", timeout=WAIT_MS)
         await expect(said).to_have_count(0)  # live only: gone once the call ended
         await expect(page.locator(".tool-line .res")).to_have_text("✓ done")
+
+
+async def test_two_requests_of_one_step_are_answered_one_card_after_the_other(tmp_path, page):
+    @tool
+    async def share(note: str, ctx: ToolContext) -> dict[str, Any]:
+        """Share a note once the person approves."""
+        approved = await ctx.request_input(
+            id="share", prompt=f"Share {note}?", schema={"type": "boolean"}
+        )
+        return {"shared": approved is True}
+
+    def script(request: ModelRequest) -> Any:
+        results = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if results:
+            return reply("; ".join(f"{m.result}" for m in results))
+        return reply(
+            "",
+            call("share", {"note": "the plan"}, id="c1"),
+            call("share", {"note": "the date"}, id="c2"),
+        )
+
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    async with serving(tmp_path, model=ScriptedModel(script), tools=[share]) as served:
+        await page.goto(served.base_url + "/")
+        await page.click("#new-session")
+        await page.fill("#composer", "share both")
+        await page.press("#composer", "Enter")
+
+        approval = page.locator("#approval")
+        await expect(approval).to_contain_text("Share the plan?", timeout=WAIT_MS)
+        await page.click('#approval button[data-answer="approve"]')
+        # the second call's card follows; the turn still waits for it
+        await expect(approval).to_contain_text("Share the date?", timeout=WAIT_MS)
+        await expect(page.locator("body")).to_have_attribute("data-turn", "waiting")
+        await page.click('#approval button[data-answer="deny"]')
+        await expect(page.locator(".msg.assistant").last).to_have_text(
+            "{'shared': True}; {'shared': False}", timeout=WAIT_MS
+        )
+        await expect(approval).to_have_count(0)
+
+    assert errors == []

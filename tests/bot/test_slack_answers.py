@@ -123,7 +123,7 @@ async def test_a_number_request_opens_a_modal_that_says_what_was_wrong(bot: Bot)
 
     status, body = await post_interaction(bot, submission(bot, view, bot.slack.user_id, "0"))
     assert "less than the minimum of 1" in json.loads(body)["errors"]["answer"]
-    assert await bot.runtime.session("bot", card_session(bot, ts)).pending() is not None
+    assert await bot.runtime.session("bot", card_session(bot, ts)).pending() != ()
 
     status, body = await post_interaction(bot, submission(bot, view, bot.slack.user_id, "3"))
     assert (status, body) == (200, "")

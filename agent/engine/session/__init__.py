@@ -238,10 +238,10 @@ class AgentSession(LifecycleCalls):
         state = await self._shared.loaded()
         return None if suspend_is_ending(state) else suspended_in(state)
 
-    async def pending(self) -> InputRequest | None:
-        """The request the session is suspended on, if it is."""
+    async def pending(self) -> tuple[InputRequest, ...]:
+        """The requests the session is suspended on, in call order; empty if it is not."""
         suspended = await self.suspended()
-        return suspended.request if suspended else None
+        return suspended.requests if suspended else ()
 
     async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:
         """How request ``input_id`` of ``turn_id`` was settled, or None while it is open."""

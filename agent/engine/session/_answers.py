@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
 from agent._json import JsonValue
 from agent.core.hitl import (
@@ -22,8 +23,9 @@ from agent.core.hitl import (
     check_value,
     is_answerer,
 )
+from agent.core.phases import is_suspend_ending
 from agent.core.records import Commit, StoredSession, StoredStep, apply_commit
-from agent.core.turns import Suspended, is_suspend_ending, moved
+from agent.core.turns import Suspended, moved
 from agent.engine.session._inbox import Inbox
 from agent.engine.session._state import SessionState, suspend_is_ending, suspended_in
 from agent.engine.session._worker import Worker
@@ -91,10 +93,11 @@ class Answers:
                 state.reset_through is not None
                 or suspend_is_ending(state)
                 or suspended is None
-                or (suspended.turn_id, suspended.request.id) != (turn_id, input_id)
+                or suspended.turn_id != turn_id
+                or (request := suspended.request_for(input_id)) is None
             ):
                 return False
-            expires_at = suspended.request.expires_at
+            expires_at = request.expires_at
             if expires_at is None:
                 return False
             if expires_at > self._shared.host.clock():
@@ -103,7 +106,7 @@ class Answers:
                 self._shared.host.schedule_expiry(self._shared.key, suspended)
                 return False
             try:
-                await self._store_answer(state, turn_id, suspended.request, {"expired": True})
+                await self._store_answer(state, turn_id, request, {"expired": True})
             except ResumeConflictError:
                 return False  # a person answered in the meantime
             return True
@@ -123,14 +126,19 @@ class Answers:
             raise await self._not_suspended_error(turn_id, input_id, by, granted)
         if is_suspend_ending(record, state.cancels):
             raise ResumeConflictError(f"{self._shared.key}: turn {turn_id} is being cancelled")
-        request = record.result.request
-        if request.id != input_id:
-            if not is_answerer(turn_id, request, by=by, granted=granted):
+        request = record.result.request_for(input_id)
+        if request is None:
+            answered = await self._not_suspended_error(turn_id, input_id, by, granted)
+            if answered.answered_by is not None or answered.expired:
+                raise answered  # settled already, while the batch's other calls still wait
+            waits_on = record.result.requests
+            if not any(is_answerer(turn_id, r, by=by, granted=granted) for r in waits_on):
                 raise ResumeConflictError(
                     f"{self._shared.key}: turn {turn_id} waits for another request"
                 )
+            ids = ", ".join(repr(r.id) for r in waits_on)
             raise ResumeConflictError(
-                f"{self._shared.key}: turn {turn_id} waits for {request.id!r}, not {input_id!r}"
+                f"{self._shared.key}: turn {turn_id} waits for {ids}, not {input_id!r}"
             )
         return request
 
@@ -169,14 +177,23 @@ class Answers:
         granted: Grant | None = None,
     ) -> None:
         record = state.turns[turn_id]
-        resumed = moved(record, "queued", resumes=record.resumes + 1)
+        suspended = record.result
+        assert isinstance(suspended, Suspended)
+        still_open = tuple(r for r in suspended.requests if r.id != request.id)
+        if still_open:
+            # other calls of the batch still wait for their answers: the turn stays
+            # suspended on those, and runs on once the last is in
+            waiting = dataclasses.replace(suspended, request=still_open[0], others=still_open[1:])
+            resumed = dataclasses.replace(record, result=waiting)
+        else:
+            resumed = moved(record, "queued", resumes=record.resumes + 1)
         # The request is stored with its answer: a later resume is checked against it,
         # and the answer is only ever handed to the tool call that asked.
         kept = {**answer, "call": request.call_id, "request": request.as_dict()}
         commit = Commit(
             steps=(StoredStep(answer_step(turn_id, request.id), turn_id, kept),),
             turns=(resumed,),
-            status="running",
+            status="suspended" if still_open else "running",
             # written only if the turn is still suspended: of two resumes racing (two
             # clicks, two processes), exactly one is applied
             expect=((turn_id, "suspended"),),
@@ -190,6 +207,12 @@ class Answers:
             ) from None
         apply_commit(state, commit)
         self._shared.host.cancel_expiry(self._shared.key, turn_id)
+        if still_open:
+            assert isinstance(resumed.result, Suspended)
+            self._shared.host.schedule_expiry(self._shared.key, resumed.result)
+            if caller_left:
+                raise asyncio.CancelledError
+            return
         self._shared.queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
         # If the runtime is closed, the answer is stored all the same and the turn runs at
         # the next start.

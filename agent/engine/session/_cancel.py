@@ -17,6 +17,7 @@ import uuid
 from typing import Final
 
 from agent.core.events import TurnCancelled, TurnInterrupted
+from agent.core.phases import TurnPhase, phase_of
 from agent.core.records import (
     Commit,
     SessionStatus,
@@ -29,9 +30,7 @@ from agent.core.turns import (
     Cancelled,
     Interrupted,
     SessionReset,
-    TurnPhase,
     TurnRecord,
-    phase_of,
     stop_result,
 )
 from agent.engine.session._inbox import ELSEWHERE_POLL_SECONDS, Inbox

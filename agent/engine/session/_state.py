@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.core.events import TurnEvent
+from agent.core.phases import is_suspend_ending
 from agent.core.records import SessionKey, StoredSession
 from agent.core.transcript import Compaction
-from agent.core.turns import SessionReset, Suspended, TurnRecord, TurnResult, is_suspend_ending
+from agent.core.turns import SessionReset, Suspended, TurnRecord, TurnResult
 from agent.engine.lease import SessionLease
 from agent.engine.turn.steering import SteerBox
 from agent.errors import SessionSuspendedError, StoreError, UnknownTurnError

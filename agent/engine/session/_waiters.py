@@ -7,8 +7,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent, TurnFailed
+from agent.core.phases import outcome_of
 from agent.core.records import StoredSession
-from agent.core.turns import Suspended, TurnResult, outcome_of
+from agent.core.turns import Suspended, TurnResult
 from agent.engine.replay import fold_turn
 from agent.engine.session._inbox import ELSEWHERE_POLL_SECONDS
 from agent.engine.session._state import Observer, SessionState
@@ -84,7 +85,7 @@ class Waiters:
                 raise await self._shared.no_turn_error(state, turn_id)
             outcome = outcome_of(record, state.cancels) if record is not None else None
             answered = self._shared.handed_over.get(turn_id)
-            if isinstance(outcome, Suspended) and outcome.request.id == answered:
+            if isinstance(outcome, Suspended) and outcome.request_for(answered or "") is not None:
                 outcome = None  # the answer handed over is not carried out yet
             if outcome is not None:
                 return outcome

@@ -16,7 +16,8 @@ contradicts is a `ReplayIntegrityError`, raised before anything is written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Sequence
 
 from agent._json import JsonValue
 from agent.core.hitl import InputRequest, InputRequired
@@ -65,8 +66,10 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
     async def one(call: ToolCall) -> None:
         # calls take the slots in call order, so with one slot they run one by one
         async with bound:
-            if run.cancel_reason() is not None or failed:
-                return  # never started: it stays owed, and the turn's ending closes it
+            # one slot means strict call order: nothing starts after a call that asks
+            waits = bool(asked) and run.agent.max_parallel_calls == 1
+            if run.cancel_reason() is not None or failed or waits:
+                return  # never started: it stays owed (the ending, or the answer, runs it)
             try:
                 await tool_step(run, at, call, placement)
             except InputRequired as asking:
@@ -80,7 +83,26 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
         raise failed[min(failed, key=order.index)]
     run.stop_if_cancelled()
     if asked:
-        raise InputRequired(asked[min(asked, key=order.index)])
+        # every call that asks is asked at once; the turn runs on once all are answered
+        asking, *others = _distinct(asked[call_id] for call_id in sorted(asked, key=order.index))
+        raise InputRequired(asking, tuple(others))
+
+
+def _distinct(requests: Iterable[InputRequest]) -> list[InputRequest]:
+    """The batch's requests, each under an id of its own.
+
+    Two calls of one tool ask under the same id; all but the first (in call order) ask
+    as ``<id>@<call id>``, which is where their replay looks once the first id's answer
+    is stored for another call (see ``_AnswerLookup``), so each call gets its own answer.
+    """
+    seen: set[str] = set()
+    distinct = []
+    for request in requests:
+        if request.id in seen:
+            request = dataclasses.replace(request, id=f"{request.id}@{request.call_id}")
+        seen.add(request.id)
+        distinct.append(request)
+    return distinct
 
 
 async def unplaced_results(run: RunContext) -> dict[str, JsonValue]:

@@ -23,7 +23,7 @@ from agent.core.events import (
     TurnStarted,
     TurnSteered,
 )
-from agent.core.hitl import InputRequest, InputRequired
+from agent.core.hitl import InputRequired
 from agent.core.messages import AssistantMessage, Usage
 from agent.core.records import Commit, SessionKey, StoredMessage, StoredSession, StoredStep
 from agent.core.turns import (
@@ -165,7 +165,7 @@ class TurnRun:
                 # nobody is to be asked for a cancelled turn
                 if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
                     return cancelled
-                return await self._suspend(asked.request)
+                return await self._suspend(asked)
 
     async def _cancel_if_still_asked(self) -> TurnResult | None:
         """End the turn as cancelled once the request is on disk; None if it was taken back.
@@ -180,8 +180,8 @@ class TurnRun:
         reason = self._run.cancel_reason()
         return None if reason is None else await stop(self._run, reason)
 
-    async def _suspend(self, request: InputRequest) -> TurnResult:
-        """Suspend the turn on ``request``, in one checkpoint.
+    async def _suspend(self, asked: InputRequired) -> TurnResult:
+        """Suspend the turn on what was ``asked``, in one checkpoint.
 
         The checkpoint holds everything the resumed turn needs, so nothing of the
         turn is kept in memory while it waits for the answer.
@@ -190,7 +190,8 @@ class TurnRun:
         given = run.record.input
         result = Suspended(
             turn_id=run.turn_id,
-            request=request,
+            request=asked.request,
+            others=asked.others,
             opening_text=given.text,
             event=given.event,
             policy=given.policy,
@@ -201,7 +202,8 @@ class TurnRun:
         # a cancel came while the suspend was being written: nobody is to be asked after all
         if run.cancel_reason() and (cancelled := await self._cancel_if_still_asked()):
             return cancelled
-        run.emit(InputRequested, request=request.as_dict())
+        others = [other.as_dict() for other in asked.others]
+        run.emit(InputRequested, request=asked.request.as_dict(), others=others)
         return result
 
     def _is_replay(self) -> bool:

@@ -327,8 +327,9 @@ def _said_at(record: TurnRecord) -> float:
 
 async def waiting_for(session: AgentSession) -> str:
     """What to tell someone whose message the thread cannot take: who may answer, until when."""
-    request = await session.pending()
-    if request is None:
+    pending = await session.pending()
+    if not pending:
         return WAITING_FOR_APPROVAL
+    request = pending[0]
     until = stamp(request.expires_at) if request.expires_at is not None else None
     return waiting_for_approval(who_may_answer(request), until)

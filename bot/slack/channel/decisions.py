@@ -89,7 +89,7 @@ class Decisions:
         suspended = await session.suspended()
         if suspended is None or suspended.turn_id != decision.turn_id:
             return None
-        return suspended.request if suspended.request.id == decision.input_id else None
+        return suspended.request_for(decision.input_id)
 
     def on_decision(self, body: dict[str, Any]) -> None:
         """Take a verified click on an answer button; it is settled in a task of the channel's."""
@@ -226,17 +226,18 @@ class Decisions:
         """
         session = self._runtime.session(self._agent, decision.session_id)
         suspended = await session.suspended()
+        asked = suspended.request_for(decision.input_id) if suspended is not None else None
         since = len(await session.transcript())  # the continuation's first message comes next
         refusal: str | None = None
         try:
             granted = None
-            if suspended is not None and isinstance(suspended.request.answerers, PolicyAnswerer):
+            if asked is not None and isinstance(asked.answerers, PolicyAnswerer):
                 granted = await grant_answer(
                     session, turn_id=decision.turn_id, input_id=decision.input_id, by=by
                 )
             await session.resume(decision.turn_id, decision.input_id, value, by=by, granted=granted)
         except ResumeAuthorizationError:
-            who = who_may_answer(suspended.request) if suspended else "someone else"
+            who = who_may_answer(asked) if asked is not None else "someone else"
             refusal = only_answerers(who)
         except ResumeConflictError as exc:
             refusal = not_waiting(exc)
@@ -252,7 +253,7 @@ class Decisions:
             logger.warning("turn %s: an answer could not be applied: %s", decision.turn_id, exc)
             refusal = CLICK_FAILED
         if refusal is None:
-            return (suspended.request.prompt if suspended else ""), since, value
+            return (asked.prompt if asked is not None else ""), since, value
         if not privately:
             return refusal
         await self._renderer.tell(by, thread, refusal)

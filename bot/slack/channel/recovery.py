@@ -179,7 +179,8 @@ class Recovery:
             if record.input.trigger == "proactive":
                 proactive.add(at)
             suspended = record.result
-            request = suspended.request.id if isinstance(suspended, Suspended) else None
+            # the card kept as shown is the last of the batch's requests to be shown
+            request = suspended.requests[-1].id if isinstance(suspended, Suspended) else None
             if key.agent != self._agent:
                 continue
             if kept.get(at, DeliveryState()).asked == request:

@@ -331,14 +331,17 @@ class _ShownReply:
         self._step_ended, self._step_streamed = True, False
 
     async def _on_request(self, event: InputRequested) -> None:
-        call_id = event.request.get("call_id")
-        if isinstance(call_id, str):
-            await self._reply.waiting(call_id)
+        asked = [event.request, *event.others]  # calls of one batch may each ask
+        for request in asked:
+            call_id = request.get("call_id")
+            if isinstance(call_id, str):
+                await self._reply.waiting(call_id)
         self._at_work = False
         await self.stop.remove()  # nothing runs while it waits: Withdraw is on the card
         await self._reply.finish(whole=self._in_order())
         here = Thread(self._thread.channel, self._reply.thread_ts, self._thread.session_id)
-        await self._renderer.ask(here, self._turn_id, event.request, proactive=self._proactive)
+        for request in asked:
+            await self._renderer.ask(here, self._turn_id, request, proactive=self._proactive)
 
     async def _on_end(self, event: TurnEvent) -> None:
         by = self._renderer.stopper(self._turn_id) if event.type == "turn.cancelled" else None

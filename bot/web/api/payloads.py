@@ -159,7 +159,8 @@ def outcome_json(result: TurnResult) -> dict[str, Any]:
         if result.output is not None:
             outcome["output"] = result.output  # the agent's result type, validated
     elif isinstance(result, Suspended):
-        outcome.update(status="suspended", request=result.request.as_dict())
+        others = [other.as_dict() for other in result.others]
+        outcome.update(status="suspended", request=result.request.as_dict(), others=others)
     elif isinstance(result, Failed):
         outcome.update(status="failed", error=result.error, phase=result.phase)
     elif isinstance(result, Cancelled):

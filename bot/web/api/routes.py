@@ -124,6 +124,8 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
     pending = None
     if suspended is not None:
         pending = {"turn_id": suspended.turn_id, **suspended.request.as_dict()}
+        # the other calls of the batch that ask too, each answered on its own
+        pending["others"] = [other.as_dict() for other in suspended.others]
     return web.json_response(
         {
             "session": request.match_info["session"],
@@ -237,11 +239,10 @@ async def _resume(api: Api, request: web.Request) -> web.Response:
     session = _session(api, request)
     suspended = await session.suspended()
     granted = None
-    if (
-        suspended is not None
-        and (suspended.turn_id, suspended.request.id) == (turn_id, body.input_id)
-        and isinstance(suspended.request.answerers, PolicyAnswerer)
-    ):
+    asked = None
+    if suspended is not None and suspended.turn_id == turn_id:
+        asked = suspended.request_for(body.input_id)
+    if asked is not None and isinstance(asked.answerers, PolicyAnswerer):
         # the agent's hook decides who a policy's people are, before anything applies
         granted = await grant_answer(session, turn_id=turn_id, input_id=body.input_id, by=principal)
     await session.resume(turn_id, body.input_id, body.value, by=principal, granted=granted)

@@ -173,8 +173,7 @@ async def test_the_running_and_the_suspended_turns_finish_under_todays_runtime(
         assert ran == ["lookup Rome"]
 
         parked = runtime.session(AGENT, PARKED.session_id)
-        pending = await parked.pending()
-        assert pending is not None
+        [pending] = await parked.pending()
         assert (pending.id, pending.call_id, pending.tool) == (INPUT_ID, "c1", "announce")
         await parked.resume(PARKED_TURN, INPUT_ID, True, by=APPROVER)
         result = await asyncio.wait_for(parked.result(PARKED_TURN), WAIT_SECONDS)
