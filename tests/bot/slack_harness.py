@@ -88,7 +88,7 @@ def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelReques
 def _answer(request: ModelRequest) -> Any:
     last = request.messages[-1]
     if isinstance(last, ToolMessage):
-        batch = []
+        batch: list[ToolMessage] = []
         for message in reversed(request.messages):
             if not isinstance(message, ToolMessage):
                 break
