@@ -504,3 +504,29 @@ async def test_live_result_equals_what_the_store_keeps(store):
     assert isinstance(result, Completed)
     [message] = await tool_messages(store)
     assert seen == [{"ratio": None, "ok": 1.5}] == [message.result]
+
+
+async def test_two_fatal_calls_of_one_batch_each_keep_their_own_error(store):
+    both_in = asyncio.Event()
+    ran: list[str] = []
+
+    @tool
+    async def boom(n: int, ctx: ToolContext) -> str:
+        """Start something, then fail the turn."""
+        ran.append(ctx.call_id)
+        if len(ran) == 2:
+            both_in.set()
+        await both_in.wait()  # both are under way before either raises
+        raise FatalToolError(f"boom {n}")
+
+    result = await run_turn(
+        store, [boom], calling(call("boom", {"n": 1}, id="c1"), call("boom", {"n": 2}, id="c2"))
+    )
+
+    assert isinstance(result, Failed)
+    assert result.step == "tool:1:c1"  # the turn names the first in call order
+    # each ran, so each tells the model its own error rather than "not run"
+    assert [m.result for m in await tool_messages(store)] == [
+        {"error": "FatalToolError: boom 1"},
+        {"error": "FatalToolError: boom 2"},
+    ]

@@ -97,6 +97,9 @@ def _answer(request: ModelRequest) -> Any:
     text = last.text
     if "explode" in text:
         raise RuntimeError("the model's backend is down")
+    if text == "announce it and hurry":  # two asking calls of one step; hurry's expires soon
+        announce_it = call("announce", {"text": "it"}, id="c-announce")
+        return reply("", announce_it, call("hurry", {}, id="c-hurry"))
     if text.startswith("announce both "):  # two calls of one step, each asking
         first, _, second = text.removeprefix("announce both ").partition(" and ")
         calls = [

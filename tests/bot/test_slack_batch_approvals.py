@@ -8,6 +8,7 @@ once the last is answered the reply goes on with each call's own answer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from tests.bot.hatches_harness import wait_until
@@ -49,3 +50,30 @@ async def test_two_approvals_of_one_step_show_together_and_each_click_answers_it
     assert f"Denied by <@{bot.slack.user_id}>" in json.dumps(decided_deploy.blocks)
     posted = [c for c in bot.slack.calls_to("chat.postMessage") if ASKING in str(c.params)]
     assert len(posted) == 2  # one card per request, none posted twice
+
+
+async def test_a_card_that_expired_beside_another_is_settled_when_the_other_is_answered(bot: Bot):
+    text = "<@U0BOT> announce it and hurry"
+    ts = bot.slack.post_user_message(bot.slack.channel_id, text)
+    await bot.deliver(bot.envelope("app_mention", text, ts))
+    await wait_until(lambda: len(cards(bot, ts)) == 2, "both approvals were shown")
+    announce, hurry = cards(bot, ts)
+    session = bot.runtime.session("bot", f"slack:{bot.slack.team_id}:{bot.slack.channel_id}:{ts}")
+
+    async def hurry_expired() -> bool:
+        answer = await session.answer_of(next(t.turn_id for t in await session.turns()), "quick")
+        return answer is not None and answer.expired
+
+    for _ in range(500):  # the engine's timer answers it within QUICK seconds
+        if await hurry_expired():
+            break
+        await asyncio.sleep(0.01)
+    assert await hurry_expired()
+    assert [r.id for r in await session.pending()] == ["approve"]  # the turn still waits
+
+    assert await bot.click("turn_approve", bot.slack.user_id, announce) == 200
+    said = await bot.replies_in(ts, 4)
+    assert said[-1] == "done: {'announced': True}; {'went_ahead': False, 'expired': True}"
+    await wait_until(lambda: not has_buttons(bot, ts, hurry.ts), "the expired card was settled")
+    [settled] = [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.ts == hurry.ts]
+    assert "Expired" in json.dumps(settled.blocks)

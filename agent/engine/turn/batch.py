@@ -80,7 +80,10 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
     await _all_of([asyncio.ensure_future(one(call)) for call in owed if call.id not in settled])
     order = [call.id for call in owed]
     if failed:
-        raise failed[min(failed, key=order.index)]
+        first, *rest = sorted(failed, key=order.index)
+        failure = failed[first]
+        failure.also = {call_id: failed[call_id].error for call_id in rest}
+        raise failure
     run.stop_if_cancelled()
     if asked:
         # every call that asks is asked at once; the turn runs on once all are answered

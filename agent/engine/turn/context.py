@@ -43,6 +43,9 @@ class StepFailed(Exception):
         super().__init__(error)
         self.error, self.phase, self.step = error, phase, step
         self.call_id = call_id
+        self.also: dict[str, str] = {}
+        """Other calls of the batch that failed the turn too (they ran together), by call
+        id: each keeps its own error as its result."""
 
 
 class RunContext:

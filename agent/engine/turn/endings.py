@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from agent._json import JsonValue
 from agent.core.events import TurnCancelled, TurnFailed, TurnInterrupted
 from agent.core.turns import Cancelled, Failed, Interrupted, TurnResult, stop_result
 from agent.engine.turn.batch import unplaced_results
@@ -26,8 +27,12 @@ async def fail(run: RunContext, failure: StepFailed) -> TurnResult:
         phase=failure.phase,  # type: ignore[arg-type]
         step=failure.step,
     )
-    # the call that failed the turn ran: it keeps its own error, the rest were not run
-    own = {failure.call_id: {"error": failure.error}} if failure.call_id is not None else None
+    # the calls that failed the turn ran: each keeps its own error, the rest were not run
+    own: dict[str, JsonValue] = {
+        call_id: {"error": error} for call_id, error in failure.also.items()
+    }
+    if failure.call_id is not None:
+        own[failure.call_id] = {"error": failure.error}
     settled = await unplaced_results(run)
     await run.commit(
         ending_commit(

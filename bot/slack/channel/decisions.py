@@ -18,11 +18,13 @@ from slack_sdk.errors import SlackApiError
 
 from agent import (
     AgentRuntime,
+    AssistantMessage,
     AuthorizeAnswerError,
     ConflictError,
     InputRequest,
     InvalidAnswerError,
     JsonValue,
+    Message,
     PolicyAnswerer,
     ResumeAuthorizationError,
     ResumeConflictError,
@@ -42,6 +44,7 @@ from bot.slack.blocks import (
 from bot.slack.channel.delivery import Deliveries, Thread
 from bot.slack.channel.render import ReplyRenderer, slack_error
 from bot.slack.channel.watching import Watching
+from bot.slack.once import ASK_EVENT, look_for, tag
 from bot.texts import (
     CLICK_FAILED,
     EXPIRED_REQUEST,
@@ -215,7 +218,30 @@ class Decisions:
         prompt, since, value = resumed
         if shown is not None:
             await self._show_decided(thread.channel, shown, prompt, by, value)
+        await self._show_expired_beside(thread, decision.turn_id, decision.input_id)
         await self._watching.reply(thread, decision.turn_id, since=since, reader=by)
+
+    async def _show_expired_beside(self, thread: Thread, turn_id: str, clicked: str) -> None:
+        """Settle the cards of requests of the clicked one's batch that expired meanwhile.
+
+        An expiry that leaves the turn waiting on other requests emits nothing, so its
+        card is brought up to date here, by the click that lets the turn go on.
+        """
+        session = self._runtime.session(self._agent, thread.session_id)
+        steps = await self._runtime.store.load_steps(session.key, turn_id)
+        answers = [StoredAnswer.from_memo(memo) for memo in steps.values()]
+        settled = {a.request.call_id: a for a in answers if a is not None}
+        clicked_call = next((c for c, a in settled.items() if a.request.id == clicked), None)
+        batch = _batch_of(await session.transcript(), clicked_call)
+        for call_id in batch - {clicked_call}:
+            answer = settled.get(call_id)
+            if answer is None or not answer.expired:
+                continue  # open still, or decided by its own click (which showed it)
+            request = answer.request
+            card = tag(ASK_EVENT, turn=turn_id, request=request.id, call=request.call_id)
+            shown = await look_for(self._renderer.client, thread.channel, thread.thread_ts, card)
+            if shown is not None:
+                await self._show_settled(thread.channel, shown, answer)
 
     async def _resume(
         self, decision: Decision, value: JsonValue, thread: Thread, by: str, *, privately: bool
@@ -306,3 +332,13 @@ def shown_ts(body: dict[str, Any]) -> str | None:
     container = body.get("container")
     shown = container.get("message_ts") if isinstance(container, dict) else None
     return str(shown) if shown else None
+
+
+def _batch_of(transcript: list[Message], call_id: str | None) -> set[str]:
+    """The ids of the calls made in one reply with ``call_id`` (empty if none is found)."""
+    for message in reversed(transcript):
+        if isinstance(message, AssistantMessage):
+            ids = {c.id for c in message.tool_calls}
+            if call_id in ids:
+                return ids
+    return set()
