@@ -182,6 +182,11 @@ class _Expired:
 EXPIRED = _Expired()
 
 
+def own_request_id(input_id: str, call_id: str) -> str:
+    """The id a call asks under when another call of its turn asks under ``input_id`` too."""
+    return f"{input_id}@{call_id}"
+
+
 def answer_step(turn_id: str, input_id: str) -> str:
     """The step id an answer is stored under: answers belong to their turn."""
     return f"input:{turn_id}:{input_id}"

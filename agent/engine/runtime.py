@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
@@ -177,15 +178,17 @@ class AgentRuntime:
             suspended = record.result
             if key.agent not in self._agents or not isinstance(suspended, Suspended):
                 continue
+            # A request that fell due while no process ran is answered as expired before
+            # start() returns, so nobody reads the stale suspend; once none is open, its
+            # turn runs like any other. Only such a session is read here.
+            due = [r for r in suspended.requests if (r.expires_at or math.inf) <= self.clock()]
+            if not due:
+                self.schedule_expiry(key, suspended)
+                continue
             session = self.session(key.agent, key.session_id)
-            for request in suspended.requests:
-                if request.expires_at is not None and request.expires_at <= self.clock():
-                    # It fell due while no process ran. It is answered as expired before
-                    # start() returns, so nobody reads the stale suspend; once none of
-                    # its requests is open, its turn runs like any other.
-                    await _expire_quietly(self, session, suspended.turn_id, request.id)
-            still = await session.suspended()
-            if still is not None and still.turn_id == suspended.turn_id:
+            for request in due:
+                await _expire_quietly(self, session, suspended.turn_id, request.id)
+            if (still := await session.suspended()) and still.turn_id == suspended.turn_id:
                 self.schedule_expiry(key, still)
         if self._sweep_seconds is not None:
             finding = now_and_then(self.sweep, self._sweep_seconds, "look for unfinished turns")

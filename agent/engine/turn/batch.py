@@ -20,9 +20,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from agent._json import JsonValue
-from agent.core.hitl import InputRequest, InputRequired
+from agent.core.hitl import InputRequest, InputRequired, own_request_id
 from agent.core.messages import ToolCall, ToolMessage
-from agent.engine.turn.commits import owed_calls, settled_message
+from agent.engine.turn.commits import owed_calls, settled_memo, settled_message
 from agent.engine.turn.context import RunContext, StepFailed
 from agent.engine.turn.patches import PARALLEL_CALLS, patched
 from agent.engine.turn.placement import InCallOrder, OneByOne
@@ -102,7 +102,7 @@ def _distinct(requests: Iterable[InputRequest]) -> list[InputRequest]:
     distinct = []
     for request in requests:
         if request.id in seen:
-            request = dataclasses.replace(request, id=f"{request.id}@{request.call_id}")
+            request = dataclasses.replace(request, id=own_request_id(request.id, request.call_id))
         seen.add(request.id)
         distinct.append(request)
     return distinct
@@ -114,7 +114,7 @@ async def unplaced_results(run: RunContext) -> dict[str, JsonValue]:
     if not owed:
         return {}
     settled = await _settled(run, at, owed)
-    return {call_id: {"result": m.result, "is_error": m.is_error} for call_id, m in settled.items()}
+    return {call_id: settled_memo(message) for call_id, message in settled.items()}
 
 
 async def _settled(run: RunContext, at: int, owed: Sequence[ToolCall]) -> dict[str, ToolMessage]:

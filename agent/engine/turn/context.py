@@ -80,7 +80,6 @@ class RunContext:
         self._emit_to = emit
         self._seq = 0
         self._clock = clock
-        self._answers: dict[str, JsonValue] | None = None
         self.interrupted = asyncio.Event()
         """Set when the turn is to stop at its next checkpoint boundary."""
         self._timed_out = False
@@ -160,11 +159,8 @@ class RunContext:
         return self._stored
 
     async def answers(self) -> dict[str, JsonValue]:
-        """This turn's stored answers by step id, read once per run."""
-        if self._answers is None:
-            steps = await self.store.load_steps(self.key, self.turn_id)
-            self._answers = {k: v for k, v in steps.items() if k.startswith("input:")}
-        return self._answers
+        """This turn's stored answers by step id (only a replay has any: an answer resumes it)."""
+        return {k: v for k, v in (await self.stored_steps()).items() if k.startswith("input:")}
 
     async def commit(self, commit: Commit) -> None:
         """Write ``commit`` under this run's lease, then mirror it into memory."""
@@ -172,6 +168,10 @@ class RunContext:
         # is closing and drops this state, so a write that lands after the cancel is fine.
         commit = dataclasses.replace(commit, holder=self.holder)
         await self.store.commit(self.key, commit)
+        self.mirror(commit)
+
+    def mirror(self, commit: Commit) -> None:
+        """Mirror ``commit``, written, into the session's state and this run's record."""
         apply_commit(self.state, commit)
         self.record = self.state.turns[self.turn_id]
 
@@ -195,8 +195,7 @@ class RunContext:
             except Exception:
                 break
         writing.result()  # a write that failed raises its error here
-        apply_commit(self.state, commit)
-        self.record = self.state.turns[self.turn_id]
+        self.mirror(commit)
         return cancelled
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:

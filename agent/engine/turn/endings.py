@@ -11,6 +11,7 @@ import dataclasses
 
 from agent._json import JsonValue
 from agent.core.events import TurnCancelled, TurnFailed, TurnInterrupted
+from agent.core.records import Commit
 from agent.core.turns import Cancelled, Failed, Interrupted, TurnResult, stop_result
 from agent.engine.turn.batch import unplaced_results
 from agent.engine.turn.commits import NOT_RUN_AFTER_FAILURE, closing_result, ending_commit
@@ -33,12 +34,7 @@ async def fail(run: RunContext, failure: StepFailed) -> TurnResult:
     }
     if failure.call_id is not None:
         own[failure.call_id] = {"error": failure.error}
-    settled = await unplaced_results(run)
-    await run.commit(
-        ending_commit(
-            run.state, run.record, result, NOT_RUN_AFTER_FAILURE, own=own, settled=settled
-        )
-    )
+    await run.commit(await _ending(run, result, NOT_RUN_AFTER_FAILURE, own=own))
     run.emit(TurnFailed, error=failure.error, phase=failure.phase, step=failure.step)
     return result
 
@@ -46,10 +42,7 @@ async def fail(run: RunContext, failure: StepFailed) -> TurnResult:
 async def stop(run: RunContext, reason: str) -> TurnResult:
     """End the turn as its stop request says: cancelled, or interrupted (see `stop_result`)."""
     result = stop_result(run.turn_id, reason)
-    settled = await unplaced_results(run)
-    await run.commit(
-        ending_commit(run.state, run.record, result, closing_result(result), settled=settled)
-    )
+    await run.commit(await _ending(run, result, closing_result(result)))
     if isinstance(result, Cancelled):
         run.emit(TurnCancelled, reason=reason)
     else:
@@ -65,9 +58,20 @@ async def hold(run: RunContext) -> TurnResult:
         "or drop it (python -m bot turns --held)"
     )
     result = Interrupted(turn_id=run.turn_id, reason="held", detail=detail)
-    settled = await unplaced_results(run)
-    ending = ending_commit(run.state, run.record, result, closing_result(result), settled=settled)
+    ending = await _ending(run, result, closing_result(result))
     # the turns queued behind it wait too, until the operator decides (see `holds`)
     await run.commit(dataclasses.replace(ending, hold=f"turn {run.turn_id} is held: {detail}"))
     run.emit(TurnInterrupted, reason="held", detail=detail)
     return result
+
+
+async def _ending(
+    run: RunContext,
+    result: Failed | Cancelled | Interrupted,
+    closing: JsonValue,
+    *,
+    own: dict[str, JsonValue] | None = None,
+) -> Commit:
+    """The ending's commit, placing what calls of the batch settled before it."""
+    settled = await unplaced_results(run)
+    return ending_commit(run.state, run.record, result, closing, own=own, settled=settled)

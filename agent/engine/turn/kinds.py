@@ -13,7 +13,7 @@ its calls consult the tools as declared now.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from agent.core.messages import ToolCall
 from agent.definition.tools import Tool
@@ -26,7 +26,7 @@ CallKind = Literal["local", "remote", "asks", "unknown"]
 then committed; ``asks``: a person approves it before it runs; ``unknown``: no tool of
 that name could run it (denied, or not declared). Stored: never rename one."""
 
-CALL_KINDS: Final[frozenset[str]] = frozenset({"local", "remote", "asks", "unknown"})
+CALL_KINDS: Final[frozenset[str]] = frozenset(get_args(CallKind))
 
 
 def kind_of(tool: Tool | None) -> CallKind:

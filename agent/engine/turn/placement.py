@@ -21,7 +21,7 @@ from typing import Any
 
 from agent._json import JsonValue
 from agent.core.messages import ToolCall, ToolMessage
-from agent.core.records import Commit, StoredMessage, StoredStep, apply_commit
+from agent.core.records import Commit, StoredMessage, StoredStep
 from agent.engine.turn.commits import settled_memo
 from agent.engine.turn.context import RunContext
 
@@ -71,8 +71,7 @@ class Placement:
                 return dataclasses.replace(self.commit_for(step, made[-1]), holder=run.holder)
 
             commit = await run.store.commit_with(run.key, work, record)
-            apply_commit(run.state, commit)
-            run.record = run.state.turns.get(run.turn_id, run.record)
+            run.mirror(commit)
             self.committed(commit, made[-1])
             return made[-1]
 
@@ -92,6 +91,7 @@ class InCallOrder(Placement):
         """The calls still without a message, in call order."""
         self._settled = dict(settled)
         """Of those, the ones whose result is committed as a memo, waiting for their turn."""
+        run.unplaced = {call_id: settled_memo(m) for call_id, m in self._settled.items()}
 
     def head_commit(self) -> Commit | None:
         """The commit that places settled results at the head of the batch, if any are."""
@@ -129,7 +129,7 @@ class InCallOrder(Placement):
             self._placed(len(commit.messages))
         else:
             self._settled[message.call_id] = message
-        self._run.unplaced = {cid: settled_memo(m) for cid, m in self._settled.items()}
+            self._run.unplaced[message.call_id] = settled_memo(message)
 
     def _placeable(self, ids: list[str]) -> list[ToolMessage]:
         """The settled results at the front of ``ids``, up to the first call still owed."""
@@ -143,8 +143,8 @@ class InCallOrder(Placement):
     def _placed(self, count: int) -> None:
         for call_id in self._unplaced[:count]:
             self._settled.pop(call_id, None)
+            self._run.unplaced.pop(call_id, None)
         del self._unplaced[:count]
-        self._run.unplaced = {cid: settled_memo(m) for cid, m in self._settled.items()}
 
 
 def _placed(index: int, message: ToolMessage) -> dict[str, JsonValue]:

@@ -314,7 +314,7 @@ class TurnRun:
         run = self._run
         placed = steers_placed(run.transcript, run.turn_id, run.record.opening_index or 0)
         prefix = steer_step(run.turn_id, "")
-        for step_id, memo in (await run.store.load_steps(run.key, run.turn_id)).items():
+        for step_id, memo in (await run.stored_steps()).items():
             steer_id = step_id.removeprefix(prefix)
             if not step_id.startswith(prefix) or steer_id in placed:
                 continue

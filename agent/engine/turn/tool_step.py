@@ -24,6 +24,7 @@ from agent.core.hitl import (
     answer_step,
     answerers_from,
     check_schema,
+    own_request_id,
     with_expiry,
 )
 from agent.core.messages import AssistantMessage, ToolCall, ToolMessage
@@ -297,7 +298,7 @@ class _AnswerLookup:
             # Another call of this turn asked with the same id. Its answer is not this
             # call's (approving one post must not approve the next), so this call asks
             # under an id of its own.
-            id = f"{id}@{self._call.id}"
+            id = own_request_id(id, self._call.id)
             stored = answers.get(answer_step(self._run.turn_id, id))
         if stored is not None:
             return EXPIRED if stored.get("expired") else stored.get("value")
