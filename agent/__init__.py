@@ -30,6 +30,11 @@ Glossary:
     replay
         Running a turn again from its checkpoints after a crash or an answer:
         committed steps are read back, not redone.
+    delegation
+        A call hands a task to another mounted agent (``ctx.delegate``, or a tool
+        made by `delegate_tool`): the *child* is a turn of its own session
+        (``<parent session>/<call id>``), recorded on the call, its events shown
+        to the parent's watchers, its requests waited on by the parent too.
     suspended
         The state of a turn waiting for a person. A tool asked with
         ``ctx.request_input`` (the `InputRequired` signal); the turn's status is
@@ -53,6 +58,7 @@ Glossary:
 from typing import TYPE_CHECKING, Any
 
 from agent._json import JsonValue
+from agent.core.delegation import ParentLink
 from agent.core.events import (
     ActionCompleted,
     ActionProgress,
@@ -73,6 +79,7 @@ from agent.core.events import (
 from agent.core.hitl import (
     EXPIRED,
     AnswerCheck,
+    ChildRequest,
     Grant,
     InboundEvent,
     InputRequest,
@@ -110,6 +117,7 @@ from agent.core.turns import (
 )
 from agent.definition.agent import Agent, RetryPolicy
 from agent.definition.compacting import Compacting
+from agent.definition.delegating import delegate_tool
 from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
@@ -193,6 +201,7 @@ __all__ = [
     "Cancelled",
     "Channel",
     "ChecksTargets",
+    "ChildRequest",
     "Compacting",
     "Completed",
     "ConfigError",
@@ -223,6 +232,7 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "ParentLink",
     "PolicyAnswerer",
     "PostgresStore",
     "ReasoningDelta",
@@ -277,6 +287,7 @@ __all__ = [
     "UserMessage",
     "WaitTimedOut",
     "database_path",
+    "delegate_tool",
     "describe_database",
     "drop_held",
     "grant_answer",

@@ -45,6 +45,10 @@ class _Event(BaseModel):
     turn_id: str
     seq: int
     """Position of the event within its turn's run, from 1."""
+    via: str | None = None
+    """Set on an event of a delegated (child) turn as it is forwarded into the stream of
+    the turn that delegated it: that turn's id. ``agent``, ``session`` and ``turn_id``
+    stay the child's, so a request it carries is answered there."""
 
 
 class TurnStarted(_Event):
@@ -52,6 +56,8 @@ class TurnStarted(_Event):
 
     type: Literal["turn.started"] = "turn.started"
     trigger: TriggerKind
+    parent: str | None = None
+    """The turn that delegated this one, for a child turn (see `agent.core.delegation`)."""
 
 
 class ReasoningDelta(_Event):
@@ -205,5 +211,8 @@ TERMINAL_EVENT_TYPES = frozenset(
 
 
 def is_terminal(event: TurnEvent) -> bool:
-    """Whether ``event`` ends a turn's stream (it finished, or it waits for a person)."""
-    return event.type in TERMINAL_EVENT_TYPES
+    """Whether ``event`` ends a turn's stream (it finished, or it waits for a person).
+
+    A child turn's ending, forwarded into its parent's stream, ends nothing there.
+    """
+    return event.type in TERMINAL_EVENT_TYPES and event.via is None

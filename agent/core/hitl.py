@@ -32,6 +32,7 @@ __all__ = [
     "AnswerCheck",
     "Answerer",
     "AuthorizeAnswer",
+    "ChildRequest",
     "Grant",
     "InboundEvent",
     "InputRequest",
@@ -88,6 +89,16 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRequest:
+    """The request of a delegated (child) turn that a parent's request stands for."""
+
+    agent: str
+    session_id: str
+    turn_id: str
+    input_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InputRequest:
     """What a suspended turn waits for."""
 
@@ -101,6 +112,9 @@ class InputRequest:
     """Who may answer; None means anyone the host lets resume."""
     expires_at: float | None = None
     """When the engine answers it as expired (seconds since the epoch)."""
+    child: ChildRequest | None = None
+    """Set on a parent's mirror of a child turn's request (see `agent.core.delegation`):
+    an answer to it answers the child's, and the child's expiry is the one that counts."""
 
     def as_dict(self) -> dict[str, JsonValue]:
         """The request as plain JSON, as events and APIs carry it."""

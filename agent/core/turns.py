@@ -19,6 +19,7 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, TypeAdapter
 
 from agent._json import JsonValue
+from agent.core.delegation import ParentLink
 from agent.core.hitl import InboundEvent, InputRequest
 from agent.core.messages import Usage
 from agent.core.policy import TurnPolicy
@@ -125,6 +126,9 @@ class TurnInput:
     target: JsonValue = None
     """Where a proactive turn is shown (the channel's own address), kept with the turn so
     a restart can still show it there."""
+    parent: ParentLink | None = None
+    """The turn and call that delegated this turn to its agent (see
+    `agent.core.delegation`); None for a turn nobody delegated."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

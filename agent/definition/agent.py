@@ -72,6 +72,10 @@ class Agent:
     (so 1 runs them one after another, and one that asks a person holds the rest until it
     is answered). Local calls take their transactions one at a time whatever this says;
     results reach the transcript in call order."""
+    max_delegation_depth: int = 3
+    """How deep a chain of delegations (`ToolContext.delegate`) may go from this agent's
+    turns: a child turn is one deep, its own child two. A call past it fails, and the
+    model reads why; 0 lets this agent delegate nothing."""
     on_lost: Literal["resume", "interrupt"] = "resume"
     """What becomes of a turn whose process was lost while it ran (a crash, a host gone):
     ``resume`` runs it on from its last checkpoint, never repeating a committed step;
@@ -110,6 +114,8 @@ class Agent:
             )
         if self.max_parallel_calls < 1:
             raise ConfigError(f"agent {self.name}: max_parallel_calls must be 1 or more")
+        if self.max_delegation_depth < 0:
+            raise ConfigError(f"agent {self.name}: max_delegation_depth must be 0 or more")
         if not self.tool_cancel_grace >= 0:
             raise ConfigError(f"agent {self.name}: tool_cancel_grace must be 0 or more")
         if self.history_retention is not None and not self.history_retention > 0:

@@ -44,6 +44,38 @@ class ToolContext:
     """Where ``request_input`` finds answers; only async tools have one."""
     reporter: Callable[[str], None] | None = None
     """Where ``progress`` sends a line; the engine gives every call one."""
+    delegation: Delegation | None = None
+    """Where ``delegate`` starts child turns; only async tools have one."""
+
+    def delegate(self, agent: str, task: str) -> Awaitable[JsonValue]:
+        """Hand ``task`` to the mounted agent ``agent``, as a turn of its own; its reply.
+
+        The child turn is durable like any turn: a turn of the session
+        ``<this session>/<call id>``, its id made from this turn's and this call's, so a
+        replay of this call joins it rather than starting another, and its committed
+        steps never run again. Its events reach this turn's watchers tagged with
+        ``via``. When it waits for a person, this turn waits too, on the same requests
+        (answered as the child's requests say); a cancel, a replace, a reset or the
+        time limit of this turn cancels it. Each call of ``delegate`` in one tool call
+        starts the next child, in order.
+
+        Returns:
+            The child's final reply, or its validated ``output`` when its agent has an
+            ``output_type``.
+
+        Raises:
+            FatalToolError: Called from a local (``def``) tool.
+            ToolError: No such agent, delegation past the agent's
+                ``max_delegation_depth``, or the child turn failed or was cancelled
+                (the model reads why).
+        """
+        if self.delegation is None:
+            raise FatalToolError(
+                "delegate needs an async tool: a local (def) tool runs inside a "
+                "transaction that cannot stay open while another agent works",
+                turn_id=self.turn_id,
+            )
+        return self.delegation.delegate(agent, task)
 
     def progress(self, text: str) -> None:
         """Tell the person waiting how far the call got (``"Read 40 of 120 messages"``).
@@ -110,6 +142,14 @@ class ToolContext:
         return self.handle
 
 
+class Delegation(Protocol):
+    """What the engine lends an async tool call to delegate to other agents."""
+
+    async def delegate(self, agent: str, task: str) -> JsonValue:
+        """Run ``task`` as a child turn of ``agent``; see `ToolContext.delegate`."""
+        ...
+
+
 class AnswerLookup(Protocol):
     """What the engine lends an async tool call to look up and ask for answers."""
 
@@ -145,6 +185,8 @@ class Tool:
     timeout: float | None = None
     """Seconds one call may run (remote tools only); past it the call's task is
     cancelled and its result is a `TimeoutError` the model sees, as if the tool raised."""
+    delegates_to: str | None = None
+    """The agent every call hands its task to (a tool made by `delegate_tool`)."""
     requires_approval: bool = False
     """A person approves each call before it runs (the engine asks, on the call's
     behalf, the turn's speaker by default); a call declined or left to expire does not

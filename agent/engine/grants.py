@@ -42,6 +42,11 @@ async def grant_answer(
         request = suspended.request_for(input_id)
     if request is None:
         raise ResumeConflictError(f"{session.key}: turn {turn_id} is not waiting for {input_id}")
+    if (child := request.child) is not None:
+        # a mirror of a child turn's request: granted as the child's request says
+        return await session.runtime.delegations.grant(
+            child, by=by, principal=principal, hook=authorize_answer
+        )
     who = request.answerers
     if not isinstance(who, PolicyAnswerer):
         return None

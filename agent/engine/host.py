@@ -10,11 +10,46 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+from agent._json import JsonValue
 from agent.core.events import TurnEvent
+from agent.core.hitl import AuthorizeAnswer, ChildRequest, Grant, StoredAnswer
 from agent.core.records import SessionKey
-from agent.core.turns import Suspended
+from agent.core.turns import Suspended, TurnRecord
 from agent.definition.agent import Agent
+from agent.engine.turn.context import Delegator
 from agent.ports import SessionStore
+
+
+class ChildTurns(Delegator, Protocol):
+    """The host's child turns, as a session sees them (see `agent.engine.delegations`)."""
+
+    async def answer(
+        self,
+        key: SessionKey,
+        turn_id: str,
+        child: ChildRequest,
+        value: JsonValue,
+        *,
+        by: str | None,
+        granted: Grant | None,
+    ) -> None:
+        """Answer the child request a mirror of ``turn_id`` stands for."""
+        ...
+
+    async def grant(
+        self, child: ChildRequest, *, by: str | None, principal: Any, hook: AuthorizeAnswer | None
+    ) -> Grant | None:
+        """`grant_answer` for the child request a mirror stands for."""
+        ...
+
+    async def answer_of(self, child: ChildRequest) -> StoredAnswer | None:
+        """How the child request a mirror stands for was settled, if it was."""
+        ...
+
+    def turn_changed(self, key: SessionKey, record: TurnRecord) -> None:
+        """A turn was answered, suspended or ended: its parent or children may move."""
+        ...
+
 
 __all__ = ["SessionHost"]
 
@@ -54,6 +89,15 @@ class SessionHost(Protocol):
 
     def emit(self, event: TurnEvent) -> None:
         """Hand an event to the host's sinks."""
+        ...
+
+    @property
+    def delegations(self) -> ChildTurns:
+        """The child turns of the host's turns (see `agent.engine.delegations`)."""
+        ...
+
+    def turn_changed(self, key: SessionKey, record: TurnRecord) -> None:
+        """A turn was answered, suspended or ended (its parent or children may move)."""
         ...
 
     def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:

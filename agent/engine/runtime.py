@@ -12,8 +12,10 @@ from typing import Any
 
 from agent.core.events import TurnEvent
 from agent.core.records import SessionKey
-from agent.core.turns import Suspended
+from agent.core.turns import Suspended, TurnRecord
 from agent.definition.agent import Agent
+from agent.engine.delegations import Delegations
+from agent.engine.expiries import Expiries, expires_here
 from agent.engine.lease import LEASE_SECONDS, new_holder, retire
 from agent.engine.retention import (
     compact_history,
@@ -104,7 +106,9 @@ class AgentRuntime:
         self.holder = new_holder()
         """This runtime's name in the store's session leases."""
         self.lease_seconds = lease_seconds
-        self._expiries: dict[tuple[SessionKey, str], asyncio.TimerHandle] = {}
+        self._expiries = Expiries(self, clock)
+        self.delegations = Delegations(self)
+        """The child turns of this runtime's turns (see `agent.engine.delegations`)."""
         self._sweep_seconds = sweep_seconds
         self.hands_over = hand_over
         """Whether work for a session another process writes is handed over to it."""
@@ -181,15 +185,22 @@ class AgentRuntime:
             # A request that fell due while no process ran is answered as expired before
             # start() returns, so nobody reads the stale suspend; once none is open, its
             # turn runs like any other. Only such a session is read here.
-            due = [r for r in suspended.requests if (r.expires_at or math.inf) <= self.clock()]
-            if not due:
+            due = [
+                r
+                for r in suspended.requests
+                if expires_here(r) and (r.expires_at or math.inf) <= self.clock()
+            ]
+            waits_on_child = any(r.child for r in suspended.requests)
+            if not due and not waits_on_child:
                 self.schedule_expiry(key, suspended)
                 continue
             session = self.session(key.agent, key.session_id)
             for request in due:
-                await _expire_quietly(self, session, suspended.turn_id, request.id)
+                await self._expiries.expire_quietly(session, suspended.turn_id, request.id)
             if (still := await session.suspended()) and still.turn_id == suspended.turn_id:
                 self.schedule_expiry(key, still)
+                # a child it waits on may have moved on while no process ran
+                await self.delegations.recover(key, still)
         if self._sweep_seconds is not None:
             finding = now_and_then(self.sweep, self._sweep_seconds, "look for unfinished turns")
             _ = self.spawn(finding, name="sweep")
@@ -256,43 +267,21 @@ class AgentRuntime:
         return looked
 
     def schedule_expiry(self, key: SessionKey, suspended: Suspended) -> None:
-        """Answer ``suspended``'s first request to fall due as expired when its time comes.
-
-        One timer per turn: once that request is settled, the next is scheduled.
-        """
-        due = [r for r in suspended.requests if r.expires_at is not None]
-        if not due or self._is_closed:
-            return
-        first = min(due, key=lambda r: r.expires_at or 0.0)
-        assert first.expires_at is not None
-        self.cancel_expiry(key, suspended.turn_id)
-        delay = max(0.0, first.expires_at - self.clock())
-        self._expiries[(key, suspended.turn_id)] = asyncio.get_running_loop().call_later(
-            delay, self.expire_soon, key, suspended.turn_id, first.id
-        )
+        """Answer ``suspended``'s first request to fall due as expired when its time comes."""
+        self._expiries.schedule(key, suspended)
 
     def cancel_expiry(self, key: SessionKey, turn_id: str) -> None:
         """Forget the expiry timer of a request that was answered."""
-        handle = self._expiries.pop((key, turn_id), None)
-        if handle is not None:
-            handle.cancel()
+        self._expiries.cancel(key, turn_id)
 
-    def expire_soon(self, key: SessionKey, turn_id: str, input_id: str) -> None:
-        """Answer a due request as expired, in a task of its own."""
-        self._expiries.pop((key, turn_id), None)
-        if self._is_closed:
-            return
-        session = self.session(key.agent, key.session_id)
-        _ = self.spawn(
-            _expire_quietly(self, session, turn_id, input_id), name=f"expire {key}/{turn_id}"
-        )
+    def turn_changed(self, key: SessionKey, record: TurnRecord) -> None:
+        """A turn was answered, suspended or ended: its parent or children may move."""
+        self.delegations.turn_changed(key, record)
 
     async def close(self) -> None:
         """Stop running turns at once; they stay unfinished on disk for the next start."""
         self._is_closed = True
-        for handle in self._expiries.values():
-            handle.cancel()  # the next start schedules them again from the store
-        self._expiries.clear()
+        self._expiries.clear()  # the next start schedules them again from the store
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -380,20 +369,3 @@ async def _carry_out_quietly(session: AgentSession) -> None:
     except Exception:
         # the sweep looks again soon
         logger.exception("could not carry out the work handed to %s", session.key)
-
-
-EXPIRY_RETRY_SECONDS = 5.0
-
-
-async def _expire_quietly(
-    runtime: AgentRuntime, session: AgentSession, turn_id: str, input_id: str
-) -> None:
-    try:
-        if await session.expire(turn_id, input_id):
-            logger.info("request %s of turn %s in %s expired", input_id, turn_id, session.key)
-    except Exception:
-        logger.exception("could not expire request %s of turn %s; trying again", input_id, turn_id)
-        # a locked or failing store now is no reason to hold the thread until a restart
-        asyncio.get_running_loop().call_later(
-            EXPIRY_RETRY_SECONDS, runtime.expire_soon, session.key, turn_id, input_id
-        )

@@ -62,6 +62,7 @@ def test_public_names_are_pinned():
             "INTERRUPT_REASONS", "WaitTimedOut", "ActionProgress", "OUTPUT_TOOL", "Compacting",
             "SteerRefusedError", "Steered", "Steering", "TurnSteered",
             "ReplayIntegrityError", "is_replay_integrity_error",
+            "ChildRequest", "ParentLink", "delegate_tool",
         ]
     )  # fmt: skip
     for name in agent.__all__:

@@ -35,6 +35,7 @@ from agent import (
     ToolMessage,
     TriggerMessage,
     UserMessage,
+    delegate_tool,
     tool,
 )
 from agent.core.model import ModelStreamEvent
@@ -70,6 +71,18 @@ async def hurry(ctx: ToolContext) -> dict[str, Any]:
     """Go ahead only if the person who asked says so quickly."""
     answer = await ctx.request_input(id="quick", prompt="Go ahead right now?", ttl=QUICK)
     return {"went_ahead": answer is True, "expired": answer is EXPIRED}
+
+
+def helper_agent() -> Agent:
+    """The agent the bot delegates to: it announces its task, once approved."""
+
+    def helping(request: ModelRequest) -> Any:
+        last = request.messages[-1]
+        if isinstance(last, ToolMessage):
+            return reply(f"helper: {last.result}")
+        return reply("", call("announce", {"text": last.text}, id="h-announce"))
+
+    return Agent(name="helper", model=ScriptedModel(helping), tools=[announce])
 
 
 def answering(hold: asyncio.Event, held: asyncio.Event) -> Callable[[ModelRequest], Awaitable[Any]]:
@@ -109,6 +122,8 @@ def _answer(request: ModelRequest) -> Any:
         return reply("", *calls)
     if text.startswith("announce "):
         return reply("", call("announce", {"text": text.removeprefix("announce ")}))
+    if text.startswith("delegate "):  # the helper agent does it, as a child turn
+        return reply("", call("ask_helper", {"task": text.removeprefix("delegate ")}, id="c-d"))
     asks: dict[str, tuple[str, dict[str, Any]]] = {
         "hurry": ("hurry", {}),
         "read the thread": ("read_thread", {}),
@@ -298,8 +313,9 @@ async def running_bot(tmp_path: Path, **channel_options: Any) -> AsyncIterator[B
         client = slack_client(
             Settings(slack_bot_token=slack.token, slack_api_url=slack.base_url, _env_file=None)
         )
-        tools = [announce, hurry, *slack_tools(client)]
-        runtime = AgentRuntime(store, Agent(name="bot", model=model, tools=tools))
+        tools = [announce, hurry, delegate_tool("helper"), *slack_tools(client)]
+        agents = [Agent(name="bot", model=model, tools=tools), helper_agent()]
+        runtime = AgentRuntime(store, agents)
         await runtime.start()
         channel = SlackChannel(
             runtime, "bot", client, bot_user_id=slack.bot_user_id, **channel_options

@@ -103,6 +103,7 @@ class AgentSession(LifecycleCalls):
             self,
             self._shared,
             admission=self._admission,
+            answers=self._answers,
             cancels=self._cancels,
             worker=self._worker,
             writer=self._writer,
@@ -244,9 +245,16 @@ class AgentSession(LifecycleCalls):
         return suspended.requests if suspended else ()
 
     async def answer_of(self, turn_id: str, input_id: str) -> StoredAnswer | None:
-        """How request ``input_id`` of ``turn_id`` was settled, or None while it is open."""
+        """How request ``input_id`` of ``turn_id`` was settled, or None while it is open.
+
+        For a mirror of a child turn's request, how the child's request was settled.
+        """
         steps = await self._shared.host.store.load_steps(self.key, turn_id)
-        return StoredAnswer.from_memo(steps.get(answer_step(turn_id, input_id)))
+        answer = StoredAnswer.from_memo(steps.get(answer_step(turn_id, input_id)))
+        if answer is not None and (child := answer.request.child) is not None:
+            # a mirror is settled once its child's request is: that one says how
+            return await self._shared.host.delegations.answer_of(child) or answer
+        return answer
 
     async def resume(
         self,

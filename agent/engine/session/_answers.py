@@ -14,8 +14,10 @@ import contextlib
 import dataclasses
 
 from agent._json import JsonValue
+from agent.core.delegation import MIRROR_PREFIX
 from agent.core.hitl import (
     REQUEST_ADAPTER,
+    ChildRequest,
     Grant,
     InputRequest,
     answer_step,
@@ -55,6 +57,13 @@ class Answers:
     ) -> None:
         """Answer the request a suspended turn waits on; see `AgentSession.resume`."""
         self._shared.host.check_open()
+        if (child := await self._child_of(turn_id, input_id)) is not None:
+            # a mirror: the child's request is answered, as the child's request says
+            host = self._shared.host
+            await host.delegations.answer(
+                self._shared.key, turn_id, child, value, by=by, granted=granted
+            )
+            return
         may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
         async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
             state = await (self._shared.loaded() if held else self._shared.reread_unless_busy())
@@ -84,25 +93,51 @@ class Answers:
                 )
             await self._store_answer(state, turn_id, request, {"value": value, "by": by}, granted)
 
+    async def _child_of(self, turn_id: str, input_id: str) -> ChildRequest | None:
+        """The child request that request ``input_id`` of ``turn_id`` mirrors, if it does.
+
+        A mirror settled already still names its child, whose answer tells who answered.
+        """
+        record = (await self._shared.loaded()).turns.get(turn_id)
+        if record is None:
+            return None
+        waiting = record.result if isinstance(record.result, Suspended) else None
+        request = waiting.request_for(input_id) if waiting is not None else None
+        if request is None and input_id.startswith(MIRROR_PREFIX):
+            steps = await self._shared.host.store.load_steps(self._shared.key, turn_id)
+            memo = steps.get(answer_step(turn_id, input_id))
+            kept = memo.get("request") if isinstance(memo, dict) else None
+            request = REQUEST_ADAPTER.validate_python(kept) if kept is not None else None
+        return request.child if request is not None else None
+
+    async def settle_mirror(self, turn_id: str, input_id: str) -> bool:
+        """Settle a mirror whose child request is no longer open; False if it is not open."""
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            request = _still_open(state, turn_id, input_id)
+            if request is None or request.child is None:
+                return False
+            try:
+                await self._store_answer(state, turn_id, request, {"child_moved_on": True})
+            except ResumeConflictError:
+                return False
+            return True
+
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; see `AgentSession.expire`."""
         async with self._writer.locked_and_leased():
             state = await self._shared.loaded()
-            suspended = suspended_in(state)
-            if (
-                state.reset_through is not None
-                or suspend_is_ending(state)
-                or suspended is None
-                or suspended.turn_id != turn_id
-                or (request := suspended.request_for(input_id)) is None
-            ):
+            request = _still_open(state, turn_id, input_id)
+            if request is None:
                 return False
             expires_at = request.expires_at
-            if expires_at is None:
-                return False
+            if expires_at is None or request.child is not None:
+                return False  # a mirror expires when the child's request does
             if expires_at > self._shared.host.clock():
                 # The event loop's timer fired before the wall clock reached the deadline
                 # (the clock was set back, say), so the expiry is scheduled again.
+                suspended = suspended_in(state)
+                assert suspended is not None
                 self._shared.host.schedule_expiry(self._shared.key, suspended)
                 return False
             try:
@@ -207,6 +242,7 @@ class Answers:
             ) from None
         apply_commit(state, commit)
         self._shared.host.cancel_expiry(self._shared.key, turn_id)
+        self._shared.host.turn_changed(self._shared.key, resumed)
         if still_open:
             assert isinstance(resumed.result, Suspended)
             self._shared.host.schedule_expiry(self._shared.key, resumed.result)
@@ -220,3 +256,16 @@ class Answers:
             self._worker.start()
         if caller_left:
             raise asyncio.CancelledError
+
+
+def _still_open(state: StoredSession, turn_id: str, input_id: str) -> InputRequest | None:
+    """Request ``input_id`` of ``turn_id``, if the session is suspended on it still."""
+    suspended = suspended_in(state)
+    if (
+        state.reset_through is not None
+        or suspend_is_ending(state)
+        or suspended is None
+        or suspended.turn_id != turn_id
+    ):
+        return None
+    return suspended.request_for(input_id)

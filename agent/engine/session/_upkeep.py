@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agent.engine.lease import drop_quietly
 from agent.engine.session._admission import Admission
+from agent.engine.session._answers import Answers
 from agent.engine.session._cancel import Cancels
 from agent.engine.session._inbox import HandOverTarget, Inbox
 from agent.engine.session._state import SessionState
@@ -28,6 +29,7 @@ class Upkeep:
         shared: SessionState,
         *,
         admission: Admission,
+        answers: Answers,
         cancels: Cancels,
         worker: Worker,
         writer: Writer,
@@ -37,6 +39,7 @@ class Upkeep:
         self._session = session
         self._shared = shared
         self._admission = admission
+        self._answers = answers
         self._cancels = cancels
         self._worker = worker
         self._writer = writer
@@ -51,6 +54,20 @@ class Upkeep:
         """Whether this process runs or queued ``turn_id``, or halted the session."""
         shared = self._shared
         return shared.halted is not None or turn_id == shared.active or turn_id in shared.queue
+
+    async def settle_mirror(self, turn_id: str, input_id: str) -> bool:
+        """Settle a mirror whose child request is no longer open; False if settled already.
+
+        See `agent.engine.delegations`.
+        """
+        return await self._answers.settle_mirror(turn_id, input_id)
+
+    async def stop(self, turn_id: str, reason: str) -> bool:
+        """Cancel a turn, or interrupt it for one of `INTERRUPT_REASONS`.
+
+        A parent's stop reaches its child this way, with the parent's own reason.
+        """
+        return await self._cancels.cancel(turn_id, reason)
 
     async def pick_up(self, turn_id: str) -> None:
         """Queue an unfinished turn another process wrote meanwhile (the runtime's sweep)."""

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent, TurnFailed
+from agent.core.events import TERMINAL_EVENT_TYPES, TurnEvent, TurnFailed, is_terminal
 from agent.core.phases import outcome_of
 from agent.core.records import StoredSession
 from agent.core.turns import Suspended, TurnResult
@@ -135,7 +135,7 @@ class Waiters:
             while True:
                 event = await queue.get()
                 yield event
-                if event.type in TERMINAL_EVENT_TYPES:
+                if is_terminal(event):
                     return
         finally:
             stop()
@@ -150,11 +150,28 @@ class Waiters:
                     logger.exception("an observer of %s failed on %s", self._shared.key, event.type)
         self._shared.host.emit(event)
 
+    def forward(self, event: TurnEvent, into: str) -> None:
+        """Hand a delegated turn's ``event`` to the observers of turn ``into`` (its parent).
+
+        Tagged with ``via``; the host's sinks had it from the child's own session.
+        """
+        tagged = event.model_copy(update={"via": into})
+        for wanted, callback in tuple(self._shared.observers):
+            if wanted is None or wanted == into:
+                try:
+                    callback(tagged)
+                except Exception:
+                    logger.exception("an observer of %s failed on %s", self._shared.key, event.type)
+
     def settle(self, turn_id: str, result: TurnResult) -> None:
-        """Give those waiting on ``turn_id`` its result."""
+        """Give those waiting on ``turn_id`` its result; tell a parent its child's changed."""
         for waiter in self._shared.waiters.pop(turn_id, []):
             if not waiter.done():
                 waiter.set_result(result)
+        state = self._shared.in_memory
+        record = state.turns.get(turn_id) if state is not None else None
+        if record is not None:
+            self._shared.host.turn_changed(self._shared.key, record)
 
     def settle_ended(self, state: StoredSession) -> None:
         """Answer those waiting on turns that ended, or a reset archived, in another process."""

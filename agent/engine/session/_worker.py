@@ -209,6 +209,8 @@ class Worker:
             still_ours=lambda: self._shared.lease.confirm(token),
             stop_landed=self._shared.stop_landed,
             steers=self._shared.steers,
+            delegator=self._shared.host.delegations,
+            forward=lambda event: self._waiters.forward(event, into=turn_id),
         )
         self._shared.opened_here.discard(turn_id)
         self._shared.running = run

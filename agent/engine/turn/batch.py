@@ -60,7 +60,7 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
     placement = InCallOrder(run, owed, settled)
     await placement.place_head()
     bound = asyncio.Semaphore(run.agent.max_parallel_calls)
-    asked: dict[str, InputRequest] = {}
+    asked: dict[str, tuple[InputRequest, ...]] = {}
     failed: dict[str, StepFailed] = {}
 
     async def one(call: ToolCall) -> None:
@@ -73,7 +73,8 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
             try:
                 await tool_step(run, at, call, placement)
             except InputRequired as asking:
-                asked[call.id] = asking.request
+                # a call that delegated asks whatever its child turn asks
+                asked[call.id] = (asking.request, *asking.others)
             except StepFailed as failure:
                 failed[call.id] = failure
 
@@ -87,7 +88,8 @@ async def run_batch(run: RunContext, at: int, owed: Sequence[ToolCall]) -> None:
     run.stop_if_cancelled()
     if asked:
         # every call that asks is asked at once; the turn runs on once all are answered
-        asking, *others = _distinct(asked[call_id] for call_id in sorted(asked, key=order.index))
+        in_order = sorted(asked, key=order.index)
+        asking, *others = _distinct(r for call_id in in_order for r in asked[call_id])
         raise InputRequired(asking, tuple(others))
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from agent._json import JsonValue
 from agent.core.events import TurnEvent
-from agent.core.messages import Message
+from agent.core.messages import Message, ToolCall
 from agent.core.records import Commit, SessionKey, StoredSession, apply_commit
 from agent.core.transcript import summary_message
 from agent.core.turns import TurnRecord
@@ -25,7 +25,7 @@ from agent.definition.policies import resolve_policy
 from agent.definition.tools import Tool
 from agent.ports import SessionStore
 
-__all__ = ["Interrupted", "RunContext", "StepFailed", "is_being_cancelled"]
+__all__ = ["Delegator", "Interrupted", "RunContext", "StepFailed", "is_being_cancelled"]
 
 
 class Interrupted(Exception):
@@ -48,6 +48,16 @@ class StepFailed(Exception):
         id: each keeps its own error as its result."""
 
 
+class Delegator(Protocol):
+    """What runs a child turn for a call that delegates (see `agent.core.delegation`)."""
+
+    async def delegate(
+        self, run: RunContext, call: ToolCall, agent: str, task: str, nth: int
+    ) -> JsonValue:
+        """Run ``task`` as the ``nth`` child turn of ``call``; its reply, or suspend on its asks."""
+        ...
+
+
 class RunContext:
     """One run of one turn, as each of its steps sees it."""
 
@@ -63,8 +73,16 @@ class RunContext:
         clock: Callable[[], float],
         holder: str | None,
         still_ours: Callable[[], Awaitable[None]] | None = None,
+        delegator: Delegator | None = None,
+        forward: Callable[[TurnEvent], None] | None = None,
     ) -> None:
         self.agent = agent
+        self.delegator = delegator
+        """Runs the child turns this turn's calls delegate to (the runtime); None: it cannot."""
+        self.forward = forward or (lambda event: None)
+        """Hands a child turn's event to this turn's watchers (tagged with ``via``)."""
+        self.children: set[str] = set()
+        """The child steps (`agent.core.delegation.child_step`) this run has written."""
         self.holder = holder
         """The session's lease this run writes under: the store refuses it once another took it."""
         self.still_ours = still_ours

@@ -21,10 +21,11 @@ from agent.engine.turn.context import RunContext
 
 __all__ = ["CALL_KINDS", "CallKind", "kind_of", "kinds_of", "needs_approval", "recorded_kind"]
 
-CallKind = Literal["local", "remote", "asks", "unknown"]
+CallKind = Literal["local", "remote", "asks", "delegates", "unknown"]
 """``local``: a plain ``def``, run inside its step's transaction; ``remote``: awaited,
-then committed; ``asks``: a person approves it before it runs; ``unknown``: no tool of
-that name could run it (denied, or not declared). Stored: never rename one."""
+then committed; ``asks``: a person approves it before it runs; ``delegates``: it hands
+its task to another agent, as a child turn; ``unknown``: no tool of that name could run
+it (denied, or not declared). Stored: never rename one."""
 
 CALL_KINDS: Final[frozenset[str]] = frozenset(get_args(CallKind))
 
@@ -35,6 +36,8 @@ def kind_of(tool: Tool | None) -> CallKind:
         return "unknown"
     if tool.requires_approval:
         return "asks"
+    if tool.delegates_to is not None:
+        return "delegates"
     return "local" if tool.is_local else "remote"
 
 

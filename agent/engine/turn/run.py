@@ -40,7 +40,7 @@ from agent.engine.turn.commits import (
     opening_commit,
     owed_calls,
 )
-from agent.engine.turn.context import Interrupted, RunContext, StepFailed
+from agent.engine.turn.context import Delegator, Interrupted, RunContext, StepFailed
 from agent.engine.turn.endings import fail, hold, stop
 from agent.engine.turn.model_step import model_step
 from agent.engine.turn.output import ask_for_output, settle_output
@@ -69,6 +69,8 @@ class TurnRun:
         still_ours: Callable[[], Awaitable[None]] | None = None,
         stop_landed: Callable[[], Awaitable[None]] | None = None,
         steers: SteerBox | None = None,
+        delegator: Delegator | None = None,
+        forward: Callable[[TurnEvent], None] | None = None,
     ) -> None:
         """Set up one run of ``record``'s turn.
 
@@ -76,6 +78,8 @@ class TurnRun:
         is its first run, counted in the opening commit already. ``stop_landed``:
         waits until a request to stop this turn is on disk (or was taken back).
         ``steers``: the session's steers not yet placed (see `agent.engine.turn.steering`).
+        ``delegator`` runs the child turns its calls delegate to, and ``forward`` shows
+        their events to this turn's watchers.
         """
         self._opened_here = opened_here
         self._counted = opened_here
@@ -89,6 +93,8 @@ class TurnRun:
             clock=clock,
             holder=holder,
             still_ours=still_ours,
+            delegator=delegator,
+            forward=forward,
         )
         self._run.is_replay = self._is_replay()
         self._stop_landed = stop_landed
@@ -149,7 +155,8 @@ class TurnRun:
             return await stop(self._run, "lost")
         await self._open()
         trigger = "resume" if run.record.resumes else run.record.input.trigger
-        run.emit(TurnStarted, trigger=trigger)
+        parent = run.record.input.parent
+        run.emit(TurnStarted, trigger=trigger, parent=parent.turn_id if parent else None)
         while True:
             try:
                 return await self._loop()

@@ -75,7 +75,9 @@ async def tool_step(run: RunContext, at: int, call: ToolCall, placement: Placeme
     tool = run.tool_for(call.name)
     recorded = await recorded_kind(run, at, call)
     if tool is not None and not tool.is_local:
-        ctx = dataclasses.replace(ctx, inputs=_AnswerLookup(run, call))
+        ctx = dataclasses.replace(
+            ctx, inputs=_AnswerLookup(run, call), delegation=_Delegation(run, call)
+        )
     try:
         if tool is None:
             raise ToolError(f"unknown tool: {call.name}")
@@ -312,6 +314,21 @@ class _AnswerLookup:
             answerers=answerers_from(answerers, self._run.record.input.event),
         )
         raise InputRequired(with_expiry(request, ttl, self._run.now()))
+
+
+class _Delegation:
+    """Starts one remote call's child turns, numbered in the order the call asks for them."""
+
+    def __init__(self, run: RunContext, call: ToolCall) -> None:
+        self._run = run
+        self._call = call
+        self._started = 0
+
+    async def delegate(self, agent: str, task: str) -> JsonValue:
+        if self._run.delegator is None:
+            raise ToolError("this turn runs where no other agent is mounted to delegate to")
+        nth, self._started = self._started, self._started + 1
+        return await self._run.delegator.delegate(self._run, self._call, agent, task, nth)
 
 
 async def _unwrap_input_required(running: Any) -> Any:

@@ -216,8 +216,8 @@ class SlackChannel:
         another process, which died or froze since (this one took the session
         over): its reply is taken up where that process left it.
         """
-        if event.type != "turn.started" or event.agent != self.agent:
-            return
+        if event.type != "turn.started" or event.agent != self.agent or event.parent:
+            return  # a delegated turn is shown by the reply of the turn that delegated it
         if not event.session.startswith("slack:") or self._watching.is_claimed(event.turn_id):
             return
         if event.trigger == "resume":

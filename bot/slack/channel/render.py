@@ -35,6 +35,7 @@ from agent import (
     is_terminal,
 )
 from bot.slack.blocks import approval_blocks
+from bot.slack.channel.children import show_child_step
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
 from bot.slack.channel.endings import RETRYABLE_ENDINGS, closing_line
 from bot.slack.channel.neighbours import Neighbours, ThreadsShowing
@@ -285,6 +286,9 @@ class _ShownReply:
 
     async def on(self, event: TurnEvent) -> None:
         """Show one event of the turn's stream."""
+        if event.via is not None:
+            await show_child_step(self._reply, event)  # a step of a sub-agent's turn
+            return
         if event.type == "turn.started" or self._thinking_due:
             self._thinking_due = False
             await self._reply.thinking()
