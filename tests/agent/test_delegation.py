@@ -567,3 +567,48 @@ async def test_a_childs_policy_request_is_granted_by_the_child_agents_own_hook(s
     # how the mirror was settled is how the child's request was
     assert answer is not None
     assert (answer.value, answer.by, answer.request.id) == (True, "U9", "deploy")
+
+
+async def test_a_grandchilds_request_is_answered_from_the_top_and_every_level_runs_on(store):
+    ran: list[str] = []
+
+    def middle_script(request: Any) -> Any:
+        done = results_of(request)
+        if not done:
+            return reply("", call("research", {"task": "go deeper"}, id="m1"))
+        return reply(f"middle: {done[-1].result}")
+
+    middle = Agent(
+        name="middle",
+        model=ScriptedModel(middle_script),
+        tools=[delegate_tool("researcher", name="research")],
+    )
+    top = Agent(
+        name="lead",
+        model=ScriptedModel(lead_script),
+        tools=[delegate_tool("middle", name="research")],
+    )
+    async with AgentRuntime(store, [top, middle, researcher([approving_tool(ran)])]) as runtime:
+        session = runtime.session("lead", "s1")
+        turn_id = await session.start(OPENING)
+        assert isinstance(await session.result(turn_id), Suspended)
+        [mirror] = await session.pending()
+        # the top's mirror stands for the middle's, which stands for the researcher's
+        assert mirror.child is not None
+        assert (mirror.child.agent, mirror.child.session_id) == ("middle", "s1/c1")
+        [middle_mirror] = await runtime.session("middle", "s1/c1").pending()
+        assert middle_mirror.child is not None
+        assert (middle_mirror.child.agent, middle_mirror.child.session_id) == (
+            "researcher",
+            "s1/c1/m1",
+        )
+        assert middle_mirror.child.turn_id == f"{turn_id}/c1/m1"
+
+        await session.resume(turn_id, mirror.id, True, by="U1")
+        done = await asyncio.wait_for(session.result(turn_id), WAIT)
+        answer = await session.answer_of(turn_id, mirror.id)
+
+    assert done == Completed(turn_id=turn_id, text="lead: middle: found published")
+    assert ran == ["publish:True"]
+    assert answer is not None
+    assert (answer.value, answer.by, answer.request.id) == (True, "U1", "publish")
