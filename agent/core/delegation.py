@@ -55,13 +55,16 @@ def child_step(call_id: str, nth: int = 0) -> str:
     return f"child:{call_id}:{nth}"
 
 
-def mirror_of(asked: InputRequest, child: ChildRequest, *, call_id: str) -> InputRequest:
+def mirror_of(
+    asked: InputRequest, child: ChildRequest, *, call_id: str, resumes: int
+) -> InputRequest:
     """The parent's request standing for ``asked``, the child's, made by the parent's call.
 
-    Its id names the delegation and the child's request, so it is new for each request the
-    child makes; who may answer, the prompt and the schema are the child's.
+    Its id names the delegation, the child's request and how often the parent was
+    resumed (``resumes``), so it is new for each suspend of the parent: one settled
+    while the child still waited (a reconcile on a stale copy of the child) is never
+    asked under again. Who may answer, the prompt and the schema are the child's.
     """
     which = child.turn_id.rsplit("/", 1)[-1]
-    return dataclasses.replace(
-        asked, id=f"{MIRROR_PREFIX}{which}:{asked.id}", call_id=call_id, child=child
-    )
+    mirror_id = f"{MIRROR_PREFIX}{which}:{resumes}:{asked.id}"
+    return dataclasses.replace(asked, id=mirror_id, call_id=call_id, child=child)

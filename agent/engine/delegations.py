@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from agent._json import JsonValue
@@ -28,6 +28,7 @@ from agent.core.messages import ToolCall
 from agent.core.policy import TurnPolicy
 from agent.core.records import Commit, SessionKey, StoredStep
 from agent.core.turns import (
+    TURN_STATUSES_ENDED,
     Cancelled,
     Completed,
     Failed,
@@ -125,13 +126,15 @@ class Delegations:
                 depth=depth,
             ),
         )
-        stop = await child.observe(run.forward, turn_id=turn_id)
+        # A child answered while its parent waited ran on unwatched: its committed steps
+        # are folded in first (a line shown twice is the same line, updated).
+        stop = await child.observe(run.forward, turn_id=turn_id, replay=True)
         try:
             await child.start(opening, turn_id=turn_id)
-            result = await _until_ended(run, child, turn_id)
+            result = await _until_ended(run, child, turn_id, lambda: self._runtime.is_closed)
         finally:
             stop()
-        return _reply_of(agent, call, child, result)
+        return _reply_of(agent, call, child, result, run.record.resumes)
 
     # -- how a child's moves reach its parent ----------------------------------------
 
@@ -205,7 +208,45 @@ class Delegations:
     async def recover(self, key: SessionKey, suspended: Suspended) -> None:
         """At start-up: reconcile a turn found waiting on a child (it may have moved on)."""
         if any(r.child for r in suspended.requests):
-            await self.reconcile(key, suspended.turn_id)
+            try:
+                await self.reconcile(key, suspended.turn_id)
+            except Exception:
+                # the next move of the child reconciles it again; a start never fails on it
+                logger.exception("could not reconcile %s with its children", key)
+
+    async def stop_orphans(self, found: Sequence[tuple[SessionKey, TurnRecord]]) -> int:
+        """At start-up: stop the child turns among ``found`` whose parent no longer waits.
+
+        A parent that ended in a write whose cascade was lost with its process (a cancel,
+        a reset), or that went past a call that let its child go, leaves its child to
+        nobody. Returns how many were stopped.
+        """
+        stopped = 0
+        for key, record in found:
+            link = record.input.parent
+            if link is None or (not record.is_unfinished and record.status != "suspended"):
+                continue
+            try:
+                stopped += await self._stop_if_orphaned(key, record, link)
+            except Exception:
+                logger.exception("could not look at the parent of %s in %s", record.turn_id, key)
+        return stopped
+
+    async def _stop_if_orphaned(
+        self, key: SessionKey, record: TurnRecord, link: ParentLink
+    ) -> bool:
+        try:
+            parent = self._runtime.session(link.agent, link.session_id)
+            turns = await parent.turns()
+        except ConfigError:
+            return False  # the parent's agent is not mounted here: not this process's to say
+        found = next((t for t in turns if t.turn_id == link.turn_id), None)
+        if found is not None and found.status not in TURN_STATUSES_ENDED:
+            return False
+        ended = found.result if found is not None else None
+        reason = ended.reason if isinstance(ended, (Cancelled, Interrupted)) else "requested"
+        child = self._runtime.session(key.agent, key.session_id)
+        return await child.upkeep.stop(record.turn_id, reason)
 
     async def grant(
         self, child: ChildRequest, *, by: str | None, principal: Any, hook: AuthorizeAnswer | None
@@ -280,7 +321,9 @@ def _child_policy(run: RunContext, child: Agent) -> TurnPolicy | None:
     return dataclasses.replace(own, place=place, deny_tools=denied)
 
 
-async def _until_ended(run: RunContext, child: AgentSession, turn_id: str) -> TurnResult:
+async def _until_ended(
+    run: RunContext, child: AgentSession, turn_id: str, closing: Callable[[], bool]
+) -> TurnResult:
     """Wait for the child turn to end or suspend; a stop of the parent cancels it."""
     waiting = asyncio.ensure_future(child.result(turn_id))
     try:
@@ -299,9 +342,11 @@ async def _until_ended(run: RunContext, child: AgentSession, turn_id: str) -> Tu
             await asyncio.wait((waiting,), timeout=UNSTORED_INTERRUPT_POLL)
         return waiting.result()
     except asyncio.CancelledError:
-        reason = run.cancel_reason()
-        if reason is not None:
-            # the parent's grace ran out: the child is stopped all the same
+        # The call was stopped: the parent's grace ran out, its tool's own timeout, a
+        # wait_for around it. Nobody waits for the child any more, so it is stopped too;
+        # only a shutdown leaves it, to be joined again at the next start.
+        if not closing():
+            reason = run.cancel_reason() or "requested"
             await asyncio.shield(_cancel_child(child, turn_id, reason))
         raise
     finally:
@@ -318,7 +363,9 @@ async def _cancel_child(child: AgentSession, turn_id: str, reason: str) -> None:
         logger.exception("could not cancel child turn %s of %s", turn_id, child.key)
 
 
-def _reply_of(agent: str, call: ToolCall, child: AgentSession, result: TurnResult) -> JsonValue:
+def _reply_of(
+    agent: str, call: ToolCall, child: AgentSession, result: TurnResult, resumes: int
+) -> JsonValue:
     """What the delegating call gets from the child's result.
 
     Raises:
@@ -338,6 +385,7 @@ def _reply_of(agent: str, call: ToolCall, child: AgentSession, result: TurnResul
                     input_id=asked.id,
                 ),
                 call_id=call.id,
+                resumes=resumes,
             )
             for asked in result.requests
         ]

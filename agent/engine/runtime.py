@@ -149,7 +149,8 @@ class AgentRuntime:
     async def start(self) -> int:
         """Resume every unfinished turn in the store; return how many were queued."""
         recovered = 0
-        for key, record in await self.store.unfinished_turns():
+        unfinished = await self.store.unfinished_turns()
+        for key, record in unfinished:
             if key.agent not in self._agents:
                 logger.warning(
                     "turn %s of %s is unfinished but no agent %r is mounted; left as is",
@@ -178,7 +179,8 @@ class AgentRuntime:
                 # The reset was asked for before the process stopped: its turns were
                 # cancelled, but the generation was not archived yet.
                 await self.session(key.agent, key.session_id).upkeep.recover_reset()
-        for key, record in await self.store.suspended_turns():
+        waiting = await self.store.suspended_turns()
+        for key, record in waiting:
             suspended = record.result
             if key.agent not in self._agents or not isinstance(suspended, Suspended):
                 continue
@@ -201,6 +203,9 @@ class AgentRuntime:
                 self.schedule_expiry(key, still)
                 # a child it waits on may have moved on while no process ran
                 await self.delegations.recover(key, still)
+        # and a child whose parent ended while no process could tell it is stopped
+        mounted = [(k, r) for k, r in [*unfinished, *waiting] if k.agent in self._agents]
+        await self.delegations.stop_orphans(mounted)
         if self._sweep_seconds is not None:
             finding = now_and_then(self.sweep, self._sweep_seconds, "look for unfinished turns")
             _ = self.spawn(finding, name="sweep")

@@ -53,7 +53,15 @@ async def test_a_sub_agents_approval_is_a_card_in_the_parents_thread_and_a_click
         ),
         "the card says who decided",
     )
-    # the helper at work showed as a task line of the bot's reply
-    chunks = json.dumps([c.params for c in bot.slack.calls_to("chat.appendStream")])
-    chunks += json.dumps([c.params for c in bot.slack.calls_to("chat.startStream")])
-    assert "helper: announce" in chunks
+    # the helper at work showed as a task line of the bot's reply, and it completed
+    # (its steps after the click came while the bot's turn still waited)
+    streamed = [*bot.slack.calls_to("chat.startStream"), *bot.slack.calls_to("chat.appendStream")]
+    chunks = [c.params.get("chunks") for c in streamed]
+    lines = [
+        (chunk.get("title"), chunk.get("status"))
+        for sent in chunks
+        for chunk in (json.loads(sent) if isinstance(sent, str) else sent or [])
+        if isinstance(chunk, dict)
+    ]
+    assert ("helper: announce", "in_progress") in lines
+    assert ("helper: announce", "complete") in lines

@@ -28,7 +28,7 @@ from agent.core.hitl import (
 from agent.core.phases import is_suspend_ending
 from agent.core.records import Commit, StoredSession, StoredStep, apply_commit
 from agent.core.turns import Suspended, moved
-from agent.engine.session._inbox import Inbox
+from agent.engine.session._inbox import TAKING, Inbox
 from agent.engine.session._state import SessionState, suspend_is_ending, suspended_in
 from agent.engine.session._worker import Worker
 from agent.engine.session._writer import Writer
@@ -57,13 +57,26 @@ class Answers:
     ) -> None:
         """Answer the request a suspended turn waits on; see `AgentSession.resume`."""
         self._shared.host.check_open()
-        if (child := await self._child_of(turn_id, input_id)) is not None:
-            # a mirror: the child's request is answered, as the child's request says
-            host = self._shared.host
-            await host.delegations.answer(
-                self._shared.key, turn_id, child, value, by=by, granted=granted
-            )
-            return
+        child = await self._child_of(turn_id, input_id)
+        if child is None:
+            child = await self._answer_here(turn_id, input_id, value, by=by, granted=granted)
+        if child is not None:
+            await self._answer_child(turn_id, child, value, by=by, granted=granted)
+
+    async def _answer_here(
+        self,
+        turn_id: str,
+        input_id: str,
+        value: JsonValue,
+        *,
+        by: str | None,
+        granted: Grant | None,
+    ) -> ChildRequest | None:
+        """Store the answer, or hand it over; for a mirror, the child request to answer.
+
+        The mirror may be one this copy of the session did not know of until it read
+        it again under the lock: a mirror's answer is never stored here.
+        """
         may_hand_over = self._inbox.may_hand_over(self._shared.host.hands_over)
         async with self._writer.locked_and_leased(wait=not may_hand_over) as held:
             state = await (self._shared.loaded() if held else self._shared.reread_unless_busy())
@@ -77,6 +90,8 @@ class Answers:
                 # this replica's copy may be behind one that answered it or suspended it again
                 state = await self._shared.reread_unless_busy()
                 request = await self._suspended_request(state, turn_id, input_id, by, granted)
+            if request.child is not None:
+                return request.child
             check_answerer(turn_id, request, by=by, granted=granted)
             check_value(request, value)
             if not held:
@@ -84,7 +99,7 @@ class Answers:
                 body = self._inbox.answer_body(turn_id, input_id, value, by, granted)
                 ref = f"{turn_id}/{input_id}"
                 await self._inbox.hand_over("answer", ref, body, turn_id=turn_id, answers=input_id)
-                return
+                return None
             expires_at = request.expires_at
             if expires_at is not None and expires_at <= self._shared.host.clock():
                 await self._store_answer(state, turn_id, request, {"expired": True})
@@ -92,6 +107,27 @@ class Answers:
                     f"request {input_id} of turn {turn_id} already expired", expired=True
                 )
             await self._store_answer(state, turn_id, request, {"value": value, "by": by}, granted)
+            return None
+
+    async def _answer_child(
+        self,
+        turn_id: str,
+        child: ChildRequest,
+        value: JsonValue,
+        *,
+        by: str | None,
+        granted: Grant | None,
+    ) -> None:
+        """Answer the child request a mirror stands for, as the child's request says."""
+        # An answer handed to this session's inbox is not done by the child's commit: the
+        # item is settled here once the child has the answer.
+        token = TAKING.set(None)
+        try:
+            await self._shared.host.delegations.answer(
+                self._shared.key, turn_id, child, value, by=by, granted=granted
+            )
+        finally:
+            TAKING.reset(token)
 
     async def _child_of(self, turn_id: str, input_id: str) -> ChildRequest | None:
         """The child request that request ``input_id`` of ``turn_id`` mirrors, if it does.
