@@ -60,6 +60,17 @@ def script(request: ModelRequest) -> ModelReply:
     return reply("still here")
 
 
+class _PoisonEvents:
+    """Keeps the poison turn's events."""
+
+    def __init__(self, events: list[TurnEvent]) -> None:
+        self._events = events
+
+    def emit(self, event: TurnEvent) -> None:
+        if event.turn_id == TURN_ID:
+            self._events.append(event)
+
+
 async def main(database: str, phase: str, on_lost: str) -> None:
     store = await open_child_store(database)
     agent = Agent(
@@ -75,9 +86,11 @@ async def main(database: str, phase: str, on_lost: str) -> None:
             await session.result(await session.start("hello"))  # the session is in memory
             print("SERVING", flush=True)
             await asyncio.Event().wait()
-    async with AgentRuntime(store, agent) as runtime:
+    # A sink, not an observer: it has every event from the runtime's start on, and the
+    # start itself may hold the recovered turn (its worker runs while start() reads on)
+    # before an observer subscribed after it could hear of it.
+    async with AgentRuntime(store, agent, sink=_PoisonEvents(events)) as runtime:
         session = runtime.session("a", SESSION)
-        await session.observe(events.append, turn_id=TURN_ID)
         if phase == "start":
             await session.start("go", turn_id=TURN_ID)
         result = await session.result(TURN_ID)
