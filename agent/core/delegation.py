@@ -13,6 +13,7 @@ says, and the parent runs on once the child is no longer waiting on it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Container
 from dataclasses import dataclass
 
 from agent.core.hitl import ChildRequest, InputRequest
@@ -56,15 +57,21 @@ def child_step(call_id: str, nth: int = 0) -> str:
 
 
 def mirror_of(
-    asked: InputRequest, child: ChildRequest, *, call_id: str, resumes: int
+    asked: InputRequest, child: ChildRequest, *, call_id: str, settled: Container[str]
 ) -> InputRequest:
     """The parent's request standing for ``asked``, the child's, made by the parent's call.
 
-    Its id names the delegation, the child's request and how often the parent was
-    resumed (``resumes``), so it is new for each suspend of the parent: one settled
-    while the child still waited (a reconcile on a stale copy of the child) is never
-    asked under again. Who may answer, the prompt and the schema are the child's.
+    Its id names the delegation and the child's request, so it stays the same while the
+    child waits on that request (its card is the same card) and is new for each request
+    the child makes. One the parent settled already (``settled``: its answered request
+    ids; a reconcile on a stale copy of the child thought it moved on) is never asked
+    under again: a ``#<n>`` is added. Who may answer, the prompt and the schema are the
+    child's.
     """
     which = child.turn_id.rsplit("/", 1)[-1]
-    mirror_id = f"{MIRROR_PREFIX}{which}:{resumes}:{asked.id}"
+    mirror_id = base = f"{MIRROR_PREFIX}{which}:{asked.id}"
+    again = 0
+    while mirror_id in settled:
+        again += 1
+        mirror_id = f"{base}#{again}"
     return dataclasses.replace(asked, id=mirror_id, call_id=call_id, child=child)

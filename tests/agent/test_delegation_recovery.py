@@ -197,3 +197,46 @@ async def test_a_mirror_answered_at_another_replica_answers_the_child_once_the_p
     assert done == Completed(turn_id=turn_id, text="lead: found published")
     assert ran == ["publish:True"]
     assert await stores[0].read_inbox(SessionKey("lead", "s1")) == []
+
+
+async def test_a_child_that_asks_again_while_its_parent_waits_on_another_is_shown_at_once(store):
+    ran: list[str] = []
+
+    def two_tasks(request: Any) -> Any:
+        done = results_of(request)
+        if not done:
+            calls = [
+                call("research", {"task": t}, id=c) for c, t in (("c1", "twice"), ("c2", "once"))
+            ]
+            return reply("", *calls)
+        return reply(" ".join(str(m.result) for m in done))
+
+    def by_task(request: Any) -> Any:
+        done = results_of(request)
+        wanted = 2 if request.messages[0].text == "twice" else 1
+        if len(done) < wanted:
+            return reply("", call("publish", id=f"r{len(done) + 1}"))
+        return reply(f"found {'+'.join(str(m.result) for m in done)}")
+
+    boss = Agent(name="lead", model=ScriptedModel(two_tasks), tools=lead().tools)
+    async with AgentRuntime(store, [boss, researcher([approving_tool(ran)], script=by_task)]) as rt:
+        session = rt.session("lead", "s1")
+        turn_id = await session.start(OPENING)
+        assert isinstance(await session.result(turn_id), Suspended)
+        first, other = await session.pending()
+
+        # the first child asks again; its parent still waits on the second child
+        asks_again = await ending(session, turn_id)
+        await session.resume(turn_id, first.id, True, by="U1")
+        await asyncio.wait_for(asks_again, WAIT)
+        again, same = await session.pending()
+        assert again.child is not None
+        assert (again.call_id, again.child.input_id) == ("c1", "publish@r2")
+        assert same == other  # the other card is the same card: its id did not change
+
+        await session.resume(turn_id, again.id, False, by="U1")
+        await session.resume(turn_id, same.id, True, by="U1")
+        done = await asyncio.wait_for(session.result(turn_id), WAIT)
+
+    assert done == Completed(turn_id=turn_id, text="found published+kept found published")
+    assert sorted(ran) == ["publish:False", "publish:True", "publish:True"]

@@ -77,10 +77,13 @@ def helper_agent() -> Agent:
     """The agent the bot delegates to: it announces its task, once approved."""
 
     def helping(request: ModelRequest) -> Any:
-        last = request.messages[-1]
+        task, last = request.messages[0].text, request.messages[-1]
+        done = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if task.endswith(" twice") and len(done) == 1:  # it asks a second time
+            return reply("", call("announce", {"text": f"{task} again"}, id="h-again"))
         if isinstance(last, ToolMessage):
-            return reply(f"helper: {last.result}")
-        return reply("", call("announce", {"text": last.text}, id="h-announce"))
+            return reply(f"helper: {'; '.join(str(m.result) for m in done)}")
+        return reply("", call("announce", {"text": task}, id="h-announce"))
 
     return Agent(name="helper", model=ScriptedModel(helping), tools=[announce])
 
@@ -122,6 +125,10 @@ def _answer(request: ModelRequest) -> Any:
         return reply("", *calls)
     if text.startswith("announce "):
         return reply("", call("announce", {"text": text.removeprefix("announce ")}))
+    if text.startswith("delegate both "):  # two helpers at once, each a child turn
+        first, _, second = text.removeprefix("delegate both ").partition(" and ")
+        tasks = [("c-d1", first), ("c-d2", second)]
+        return reply("", *(call("ask_helper", {"task": t}, id=c) for c, t in tasks))
     if text.startswith("delegate "):  # the helper agent does it, as a child turn
         return reply("", call("ask_helper", {"task": text.removeprefix("delegate ")}, id="c-d"))
     asks: dict[str, tuple[str, dict[str, Any]]] = {

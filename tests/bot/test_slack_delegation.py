@@ -14,7 +14,11 @@ import json
 
 from bot.texts import only_answerers
 from tests.bot.hatches_harness import wait_until
-from tests.bot.slack_harness import Bot, approval_in
+from tests.bot.slack_harness import ASKING, Bot, approval_in
+
+
+def cards(bot: Bot, ts: str) -> list:
+    return [m for m in bot.slack.replies(bot.slack.channel_id, ts) if m.text.startswith(ASKING)]
 
 
 async def test_a_sub_agents_approval_is_a_card_in_the_parents_thread_and_a_click_answers_it(
@@ -53,8 +57,9 @@ async def test_a_sub_agents_approval_is_a_card_in_the_parents_thread_and_a_click
         ),
         "the card says who decided",
     )
-    # the helper at work showed as a task line of the bot's reply, and it completed
-    # (its steps after the click came while the bot's turn still waited)
+    # the helper at work showed as a task line of the bot's reply. (Its steps after the
+    # click reach the bot's turn as it joins the helper again, which may be before the
+    # click's watcher of the continuation subscribed: those are shown only if it was.)
     streamed = [*bot.slack.calls_to("chat.startStream"), *bot.slack.calls_to("chat.appendStream")]
     chunks = [c.params.get("chunks") for c in streamed]
     lines = [
@@ -64,4 +69,32 @@ async def test_a_sub_agents_approval_is_a_card_in_the_parents_thread_and_a_click
         if isinstance(chunk, dict)
     ]
     assert ("helper: announce", "in_progress") in lines
-    assert ("helper: announce", "complete") in lines
+
+
+async def test_a_sub_agent_asking_again_beside_another_waiting_one_gets_its_card_at_once(
+    bot: Bot,
+):
+    text = "<@U0BOT> delegate both the launch twice and the freeze"
+    ts = bot.slack.post_user_message(bot.slack.channel_id, text)
+    await bot.deliver(bot.envelope("app_mention", text, ts))
+    await wait_until(lambda: len(cards(bot, ts)) == 2, "both helpers' approvals were shown")
+    launch, freeze = cards(bot, ts)
+    assert launch.text == "Approval needed: Announce *the launch twice*?"
+
+    assert await bot.click("turn_approve", bot.slack.user_id, launch) == 200
+    # the first helper asks again while the bot still waits on the second helper's card
+    asking_again = "Approval needed: Announce *the launch twice again*?"
+    await wait_until(
+        lambda: any(c.text == asking_again for c in cards(bot, ts)), "the second ask was shown"
+    )
+    [again] = [c for c in cards(bot, ts) if c.text == asking_again]
+    assert [c.ts for c in cards(bot, ts) if c.ts != again.ts] == [freeze.ts]  # still open
+
+    assert await bot.click("turn_deny", bot.slack.user_id, again) == 200
+    assert await bot.click("turn_approve", bot.slack.user_id, freeze) == 200
+    said = await bot.replies_in(ts, 5)
+    assert said[-1] == (
+        "done: helper: {'announced': True}; {'announced': False}; helper: {'announced': True}"
+    )
+    posted = [c for c in bot.slack.calls_to("chat.postMessage") if ASKING in str(c.params)]
+    assert len(posted) == 3  # one card per request, none posted twice

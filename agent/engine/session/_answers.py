@@ -159,6 +159,24 @@ class Answers:
                 return False
             return True
 
+    async def wake(self, turn_id: str) -> bool:
+        """Queue a suspended turn again without an answer; False if it no longer waits."""
+        async with self._writer.locked_and_leased():
+            state = await self._shared.loaded()
+            if _waiting(state, turn_id) is None:
+                return False
+            record = state.turns[turn_id]
+            woken = moved(record, "queued", resumes=record.resumes + 1)
+            commit = Commit(turns=(woken,), status="running", expect=((turn_id, "suspended"),))
+            try:
+                caller_left = await self._writer.commit_shielded(commit)
+            except StoreConflictError:
+                await self._shared.reread_unless_busy()
+                return False
+            apply_commit(state, commit)
+            self._run_again(turn_id, caller_left)
+            return True
+
     async def expire(self, turn_id: str, input_id: str) -> bool:
         """Answer an overdue request as expired; see `AgentSession.expire`."""
         async with self._writer.locked_and_leased():
@@ -285,17 +303,22 @@ class Answers:
             if caller_left:
                 raise asyncio.CancelledError
             return
-        self._shared.queue.appendleft(turn_id)  # ahead of turns admitted before it was suspended
-        # If the runtime is closed, the answer is stored all the same and the turn runs at
-        # the next start.
+        self._run_again(turn_id, caller_left)
+
+    def _run_again(self, turn_id: str, caller_left: bool) -> None:
+        """Queue a turn that was suspended, ahead of turns admitted before it suspended."""
+        self._shared.host.cancel_expiry(self._shared.key, turn_id)
+        self._shared.queue.appendleft(turn_id)
+        # If the runtime is closed, what was written stays, and the turn runs at the next
+        # start.
         with contextlib.suppress(RuntimeClosedError):
             self._worker.start()
         if caller_left:
             raise asyncio.CancelledError
 
 
-def _still_open(state: StoredSession, turn_id: str, input_id: str) -> InputRequest | None:
-    """Request ``input_id`` of ``turn_id``, if the session is suspended on it still."""
+def _waiting(state: StoredSession, turn_id: str) -> Suspended | None:
+    """The suspend of ``turn_id``, if the session still waits on it (no reset, no cancel)."""
     suspended = suspended_in(state)
     if (
         state.reset_through is not None
@@ -304,4 +327,10 @@ def _still_open(state: StoredSession, turn_id: str, input_id: str) -> InputReque
         or suspended.turn_id != turn_id
     ):
         return None
-    return suspended.request_for(input_id)
+    return suspended
+
+
+def _still_open(state: StoredSession, turn_id: str, input_id: str) -> InputRequest | None:
+    """Request ``input_id`` of ``turn_id``, if the session is suspended on it still."""
+    suspended = _waiting(state, turn_id)
+    return suspended.request_for(input_id) if suspended is not None else None

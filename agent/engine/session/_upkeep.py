@@ -62,6 +62,14 @@ class Upkeep:
         """
         return await self._answers.settle_mirror(turn_id, input_id)
 
+    async def wake(self, turn_id: str) -> bool:
+        """Run a suspended turn again with no answer: it asks again for what is open.
+
+        For a parent whose child asks what it does not show yet (see
+        `agent.engine.delegations`); False if the turn no longer waits.
+        """
+        return await self._answers.wake(turn_id)
+
     async def stop(self, turn_id: str, reason: str) -> bool:
         """Cancel a turn, or interrupt it for one of `INTERRUPT_REASONS`.
 

@@ -117,6 +117,7 @@ class Watching:
         often it was already).
         """
         passing = False
+        before = await self._standing(thread, turn_id)
         try:
             await self._renderer.show(
                 thread, turn_id, since=since, taking_up=taking_up, reader=reader
@@ -135,6 +136,28 @@ class Watching:
             self.release(turn_id)
         if passing and tried < len(self._retries):
             self._show_again(thread, turn_id, reader, tried)
+        elif not passing and await self._went_on_unseen(thread, turn_id, before):
+            # It was run again while this showing held its claim (the runtime's events
+            # left it alone) and after this showing saw it wait: a sub-agent that asks
+            # again wakes its waiting parent. Nobody else will show that run.
+            self.claim(turn_id)
+            self.spawn(self.reply(thread, turn_id, reader=reader), name=f"reply {turn_id}")
+
+    async def _standing(self, thread: Thread, turn_id: str) -> tuple[str, int] | None:
+        """The turn's status, and how often it was resumed (None: no such turn)."""
+        session = self._renderer.runtime.session(self._renderer.agent, thread.session_id)
+        record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+        return None if record is None else (record.status, record.resumes)
+
+    async def _went_on_unseen(
+        self, thread: Thread, turn_id: str, before: tuple[str, int] | None
+    ) -> bool:
+        """Whether the turn ran on after being shown waiting, unclaimed now."""
+        now = await self._standing(thread, turn_id)
+        if now is None or before is None or self.is_claimed(turn_id):
+            return False
+        status, resumes = now
+        return resumes > before[1] and status in ("queued", "running", "suspended")
 
     def _show_again(self, thread: Thread, turn_id: str, reader: str | None, tried: int) -> None:
         delay = self._retries[tried]
