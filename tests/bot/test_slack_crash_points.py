@@ -125,9 +125,10 @@ async def test_an_event_is_acked_only_once_its_turn_is_admitted_so_a_kill_then_l
     slack: FakeSlack, launch: Launch, crash_db: CrashDatabase
 ):
     # Slack never sends an acknowledged event again: a bot that acked first and
-    # admitted after could die in between and lose the question for good
-    async with FakeAnthropic() as api:
-        api.queue(Reply.text(FULL))
+    # admitted after could die in between and lose the question for good. The killed
+    # bot may have asked Claude already (its turn runs as the ack goes out) without
+    # committing the reply, so Claude answers the same however often it is asked.
+    async with FakeAnthropic(script=lambda body: Reply.text(FULL)) as api:
         claude = {
             "ANTHROPIC_API_KEY": "test-key",
             "ANTHROPIC_BASE_URL": api.base_url,
