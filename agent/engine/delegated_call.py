@@ -105,8 +105,10 @@ async def delegate_call(
         result = await _until_ended(run, child, turn_id, lambda: runtime.is_closed)
     finally:
         stop()
-    prefix = answer_step(run.turn_id, "")
-    settled = {k.removeprefix(prefix) for k in await run.answers()}
+    settled: set[str] = set()
+    if isinstance(result, Suspended):  # mirrors never take an id the turn settled
+        prefix = answer_step(run.turn_id, "")
+        settled = {k.removeprefix(prefix) for k in await run.answers()}
     return _reply_of(agent, call, child, result, settled)
 
 

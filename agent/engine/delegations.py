@@ -143,7 +143,7 @@ class Delegations:
     async def cascade(self, key: SessionKey, turn_id: str, ended: TurnResult) -> None:
         """Cancel the children of a turn that ended without completing, if any still run."""
         steps = await self._runtime.store.load_steps(key, turn_id)
-        reason = ended.reason if isinstance(ended, (Cancelled, Interrupted)) else "requested"
+        reason = _stop_reason(ended)
         for step_id, memo in steps.items():
             if step_id.startswith("child:") and isinstance(memo, dict):
                 agent, session_id, child_turn = (
@@ -193,10 +193,9 @@ class Delegations:
         found = next((t for t in turns if t.turn_id == link.turn_id), None)
         if found is not None and found.status not in TURN_STATUSES_ENDED:
             return False
-        ended = found.result if found is not None else None
-        reason = ended.reason if isinstance(ended, (Cancelled, Interrupted)) else "requested"
         child = self._runtime.session(key.agent, key.session_id)
-        return await child.upkeep.stop(record.turn_id, reason)
+        ended = found.result if found is not None else None
+        return await child.upkeep.stop(record.turn_id, _stop_reason(ended))
 
     async def grant(
         self, child: ChildRequest, *, by: str | None, principal: Any, hook: AuthorizeAnswer | None
@@ -232,6 +231,11 @@ class Delegations:
         # closed: the next start reconciles what is suspended
         with contextlib.suppress(RuntimeClosedError):
             _ = self._runtime.spawn(_quietly(work, name), name=name)
+
+
+def _stop_reason(ended: TurnResult | None) -> str:
+    """Why a child is stopped once its parent ended so: the parent's own reason, if any."""
+    return ended.reason if isinstance(ended, (Cancelled, Interrupted)) else "requested"
 
 
 async def _quietly(work: Callable[[], Awaitable[Any]], name: str) -> None:

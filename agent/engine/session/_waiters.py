@@ -142,12 +142,7 @@ class Waiters:
 
     def emit(self, event: TurnEvent) -> None:
         """Hand ``event`` to this session's observers, then to the host's sinks."""
-        for wanted, callback in tuple(self._shared.observers):
-            if wanted is None or wanted == event.turn_id:
-                try:
-                    callback(event)
-                except Exception:
-                    logger.exception("an observer of %s failed on %s", self._shared.key, event.type)
+        self._observe(event, event.turn_id)
         self._shared.host.emit(event)
 
     def forward(self, event: TurnEvent, into: str) -> None:
@@ -155,11 +150,14 @@ class Waiters:
 
         Tagged with ``via``; the host's sinks had it from the child's own session.
         """
-        tagged = event.model_copy(update={"via": into})
+        self._observe(event.model_copy(update={"via": into}), into)
+
+    def _observe(self, event: TurnEvent, turn_id: str) -> None:
+        """Hand ``event`` to the observers of the session and of turn ``turn_id``."""
         for wanted, callback in tuple(self._shared.observers):
-            if wanted is None or wanted == into:
+            if wanted is None or wanted == turn_id:
                 try:
-                    callback(tagged)
+                    callback(event)
                 except Exception:
                     logger.exception("an observer of %s failed on %s", self._shared.key, event.type)
 

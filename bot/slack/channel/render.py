@@ -98,7 +98,7 @@ class ReplyRenderer:
         since: int | None,
         taking_up: bool,
         reader: str | None = None,
-    ) -> None:
+    ) -> TurnRecord | None:
         """Show the turn in its thread until it ends or waits for a person.
 
         Args:
@@ -111,6 +111,9 @@ class ReplyRenderer:
                 half written, as the kept state names it.
             reader: Who the reply is for when nobody spoke the turn (the person who
                 approved its request): a stream in a channel must name someone.
+
+        Returns:
+            The turn's record as it stood when the showing began (None: no such turn).
 
         Raises:
             SlackApiError: Slack refused a message of the reply.
@@ -142,6 +145,7 @@ class ReplyRenderer:
             await self.deliveries.keep(thread.session_id, turn_id, None)
         finally:
             neighbours.leave()
+        return record
 
     async def ask(self, thread: Thread, turn_id: str, asked: JsonValue, *, proactive: bool) -> None:
         """Show a request with its Approve / Deny buttons, and keep that it was shown."""

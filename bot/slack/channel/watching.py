@@ -22,6 +22,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
+from agent import TurnRecord
 from bot.slack.channel.delivery import DeliveryState, Thread
 from bot.slack.channel.render import ReplyRenderer, slack_error
 from bot.slack.once import AMBIGUOUS, PASSING, CannotTell
@@ -117,9 +118,9 @@ class Watching:
         often it was already).
         """
         passing = False
-        before = await self._standing(thread, turn_id)
+        began: TurnRecord | None = None
         try:
-            await self._renderer.show(
+            began = await self._renderer.show(
                 thread, turn_id, since=since, taking_up=taking_up, reader=reader
             )
         except SlackApiError as exc:
@@ -136,28 +137,25 @@ class Watching:
             self.release(turn_id)
         if passing and tried < len(self._retries):
             self._show_again(thread, turn_id, reader, tried)
-        elif not passing and await self._went_on_unseen(thread, turn_id, before):
-            # It was run again while this showing held its claim (the runtime's events
-            # left it alone) and after this showing saw it wait: a sub-agent that asks
-            # again wakes its waiting parent. Nobody else will show that run.
+        elif began is not None and await self._went_on_unseen(thread, turn_id, began):
+            # A showing that began on a waiting turn ends on that wait. If the turn was
+            # woken meanwhile, while this showing's claim kept the runtime's events away
+            # (a sub-agent asking again wakes its waiting parent), nobody else shows it.
             self.claim(turn_id)
             self.spawn(self.reply(thread, turn_id, reader=reader), name=f"reply {turn_id}")
 
-    async def _standing(self, thread: Thread, turn_id: str) -> tuple[str, int] | None:
-        """The turn's status, and how often it was resumed (None: no such turn)."""
-        session = self._renderer.runtime.session(self._renderer.agent, thread.session_id)
-        record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
-        return None if record is None else (record.status, record.resumes)
+    async def _went_on_unseen(self, thread: Thread, turn_id: str, began: TurnRecord) -> bool:
+        """Whether a turn shown from a wait was resumed since, is not ended, and is unshown.
 
-    async def _went_on_unseen(
-        self, thread: Thread, turn_id: str, before: tuple[str, int] | None
-    ) -> bool:
-        """Whether the turn ran on after being shown waiting, unclaimed now."""
-        now = await self._standing(thread, turn_id)
-        if now is None or before is None or self.is_claimed(turn_id):
+        Read only for a showing that began on a waiting turn: every other ends with its turn.
+        """
+        if began.status != "suspended":
             return False
-        status, resumes = now
-        return resumes > before[1] and status in ("queued", "running", "suspended")
+        session = self._renderer.runtime.session(self._renderer.agent, thread.session_id)
+        now = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+        if now is None or self.is_claimed(turn_id):
+            return False
+        return now.resumes > began.resumes and now.status in ("queued", "running", "suspended")
 
     def _show_again(self, thread: Thread, turn_id: str, reader: str | None, tried: int) -> None:
         delay = self._retries[tried]
