@@ -76,6 +76,7 @@ from agent.core.events import (
     TurnSteered,
     is_terminal,
 )
+from agent.core.feedback import Feedback, Rating
 from agent.core.hitl import (
     EXPIRED,
     AnswerCheck,
@@ -90,6 +91,7 @@ from agent.core.hitl import (
 )
 from agent.core.messages import (
     AssistantMessage,
+    Attachment,
     Message,
     TextBlock,
     ThinkingBlock,
@@ -122,6 +124,7 @@ from agent.definition.output import OUTPUT_TOOL
 from agent.definition.policies import resolve_policy, warn_unmounted_surfaces
 from agent.definition.tools import Tool, ToolContext, tool
 from agent.engine.event_log import DEFAULT_RETENTION, EventLog, LogEntry, LogGap
+from agent.engine.feedback import rate_turn
 from agent.engine.grants import grant_answer
 from agent.engine.holds import HeldTurn, drop_held, held_turns, retry_held
 from agent.engine.proactive import Channel, ChecksTargets, Trigger, receive
@@ -197,6 +200,7 @@ __all__ = [
     "AnthropicModel",
     "AnthropicSettings",
     "AssistantMessage",
+    "Attachment",
     "AuthorizeAnswerError",
     "Cancelled",
     "Channel",
@@ -211,6 +215,7 @@ __all__ = [
     "EventSink",
     "Failed",
     "FatalToolError",
+    "Feedback",
     "Grant",
     "HeldTurn",
     "InboundEvent",
@@ -235,6 +240,7 @@ __all__ = [
     "ParentLink",
     "PolicyAnswerer",
     "PostgresStore",
+    "Rating",
     "ReasoningDelta",
     "ReplayIntegrityError",
     "ResumeAuthorizationError",
@@ -295,6 +301,7 @@ __all__ = [
     "is_replay_integrity_error",
     "is_terminal",
     "open_store",
+    "rate_turn",
     "receive",
     "resolve_policy",
     "retry_held",

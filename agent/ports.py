@@ -7,8 +7,8 @@ piece of work that produces one inside the transaction) and never holds a
 transaction open across an ``await``. A step's memo points at the transcript
 message it committed with, so every result is stored once.
 
-`SessionStore` is the composition of six role protocols (`TurnStore`,
-`LeaseStore`, `DeliveryStore`, `PlacePolicyStore`, `EventLogStore`, `InboxStore`), so code
+`SessionStore` is the composition of seven role protocols (`TurnStore`, `LeaseStore`,
+`DeliveryStore`, `PlacePolicyStore`, `FeedbackStore`, `EventLogStore`, `InboxStore`), so code
 that needs one role can say which; every store implements them all, and
 ``tests/agent/stores/`` holds the contract each method keeps on every store.
 `EventWakeups` is optional: a store shared by processes that can tell each of
@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agent._json import JsonValue
 from agent.core.events import TurnEvent
+from agent.core.feedback import Feedback
 from agent.core.model import ModelRequest, ModelStreamEvent
 from agent.core.records import (
     Archive,
@@ -40,6 +41,7 @@ __all__ = [
     "EventLogStore",
     "EventSink",
     "EventWakeups",
+    "FeedbackStore",
     "InboxStore",
     "InboxWakeups",
     "LeaseStore",
@@ -238,6 +240,22 @@ class PlacePolicyStore(Protocol):
         ...
 
 
+class FeedbackStore(Protocol):
+    """What people said of turns' replies; the engine never reads it."""
+
+    async def save_feedback(self, feedback: Feedback) -> None:
+        """Keep one person's feedback on one turn, replacing what they gave it before.
+
+        One row per agent, session, turn and person; it makes no session (a turn
+        is checked to exist before, by `agent.engine.feedback.rate_turn`).
+        """
+        ...
+
+    async def feedback_since(self, since: float, *, agent: str | None = None) -> list[Feedback]:
+        """Every feedback given at or after ``since``, newest first (only ``agent``'s, if named)."""
+        ...
+
+
 class EventLogStore(Protocol):
     """The durable log of each session's events, for clients that reconnect."""
 
@@ -344,7 +362,14 @@ class InboxWakeups(Protocol):
 
 
 class SessionStore(
-    TurnStore, LeaseStore, DeliveryStore, PlacePolicyStore, EventLogStore, InboxStore, Protocol
+    TurnStore,
+    LeaseStore,
+    DeliveryStore,
+    PlacePolicyStore,
+    FeedbackStore,
+    EventLogStore,
+    InboxStore,
+    Protocol,
 ):
     """Durable home of transcripts, step memos and turn records: every role above in one.
 

@@ -87,13 +87,42 @@ def held_turns(settings: Settings, args: list[str]) -> int:
 
 TURNS_USAGE = "Usage: python -m bot turns --held [--retry TURN | --drop TURN]"
 
+
+def list_feedback(settings: Settings, args: list[str]) -> int:
+    """``python -m bot feedback [--since DAYS]``: what people said of the replies."""
+    import time
+
+    from bot.feedback_report import report_feedback
+
+    since: float | None = None
+    if args:
+        try:
+            [flag, days] = args
+            since = float(days)
+        except ValueError:
+            flag = ""
+        if flag != "--since" or since is None or not 0 < since < 100_000:
+            print(FEEDBACK_USAGE, file=sys.stderr)
+            return 2
+    try:
+        lines = asyncio.run(report_feedback(settings, since_days=since, now=time.time()))
+    except ConfigError as exc:
+        print(f"Cannot list the feedback: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+FEEDBACK_USAGE = "Usage: python -m bot feedback [--since DAYS]"
+
 USAGE = """\
 Usage: python -m bot                    serve Slack, or (with no Slack credentials) the web console
        python -m bot chat [LINE...]     chat in this terminal
        python -m bot schedules          each schedule and its next firing
        python -m bot run-schedule NAME  fire a schedule now
        python -m bot policies           what turns in each channel run under
-       python -m bot turns --held       turns held after killing the process; --retry/--drop TURN"""
+       python -m bot turns --held       turns held after killing the process; --retry/--drop TURN
+       python -m bot feedback           what people said of the replies; --since DAYS"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return list_policies(settings)
     if args[:1] == ["turns"]:
         return held_turns(settings, args[1:])
+    if args[:1] == ["feedback"]:
+        return list_feedback(settings, args[1:])
     if args[:1] == ["run-schedule"]:
         if len(args) != 2:
             print("Usage: python -m bot run-schedule NAME", file=sys.stderr)

@@ -26,6 +26,9 @@
     mode = "replace"               # supersedes it (the default), "steer"s it, or "queue"s
     channels = { C0123456789 = "steer" }
 
+    [agent_surface]                # the greeting, prompts and loading lines (bot.surface_config)
+    greeting = "Hi! Ask me about this workspace."
+
 A file with a mistake stops the bot at start, one line per problem, each naming
 where it is (``schedule 'daily': cron``, ``channels.C0123456789.mode``).
 """
@@ -48,6 +51,7 @@ from pydantic import (
 
 from agent import ConfigError, SurfacePolicy
 from bot.schedules import CHANNEL_ID, Schedule
+from bot.surface_config import AgentSurface
 
 __all__ = ["Approvals", "BotConfig", "FollowUpMode", "FollowUps", "load_bot_config"]
 
@@ -60,6 +64,7 @@ _NOT_A_FIELD = {
     "channels": "not a field of a policy",
     "approvals": "not a setting of approvals",
     "follow_ups": "not a setting of follow-ups",
+    "agent_surface": "not a setting of the agent surface",
 }
 """What a misspelt field inside an entry is called, by the entry's table; at the top level,
 a misspelt setting."""
@@ -139,6 +144,8 @@ class BotConfig(BaseModel):
     """How long approvals wait for an answer."""
     follow_ups: FollowUps = FollowUps()
     """How a follow-up in a thread with a turn at work is taken."""
+    agent_surface: AgentSurface = AgentSurface()
+    """The greeting, suggested prompts and loading lines of the app's agent surface."""
 
     @field_validator("channels")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from agent import Agent, ConfigError, SessionStore, SurfacePolicy, TurnPolicy, resolve_policy
 from bot.config_file import BotConfig, FollowUps
+from bot.surface_config import AgentSurface
 
 __all__ = ["SOURCE", "ChannelPolicy", "PolicyBook", "PolicyChange", "check_channel_policies"]
 
@@ -75,6 +76,11 @@ class PolicyBook:
     def follow_ups(self) -> FollowUps:
         """How a follow-up in a thread with a turn at work is taken, by channel (the file's)."""
         return self._config.follow_ups
+
+    @property
+    def surface(self) -> AgentSurface:
+        """The words of the agent surface: greeting, suggested prompts, loading lines."""
+        return self._config.agent_surface
 
     async def for_channel(self, channel: str | None) -> TurnPolicy:
         """The policy a turn in ``channel`` starts under now."""

@@ -58,6 +58,8 @@ class Schedule(BaseModel):
     timezone: str = "UTC"
     channel: str
     prompt: str = Field(min_length=1)
+    team: str | None = None
+    """The workspace of ``channel``: needed where the app is installed in many (OAuth)."""
 
     @field_validator("name")
     @classmethod

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from agent import SessionStore, describe_database
+from agent import ConfigError, SessionStore, describe_database
 from bot import texts
 from bot.config_file import BotConfig, load_bot_config
 from bot.engine import Engine, open_database, open_engine, pruning
@@ -50,7 +50,7 @@ async def serve_slack(settings: Settings) -> None:
             model the bot cannot run with.
     """
     from bot.slack.firing import fire, has_fired
-    from bot.slack.run import connected
+    from bot.slack.run import connected, schedule_team
     from bot.slack.tools import THREAD_TOOLS
 
     stop = _stop_on_signals()
@@ -69,12 +69,12 @@ async def serve_slack(settings: Settings) -> None:
                 settings, engine.runtime, engine.agent, engine.log, unavailable=THREAD_TOOLS
             )
         await stack.enter_async_context(_said_on_a_clean_stop(texts.STOPPING_SLACK))
-        team = slack.me.team_id
 
         async def fire_firing(firing: Firing) -> None:
-            await fire(channel, engine.runtime, team, firing)
+            await fire(channel, engine.runtime, schedule_team(slack, firing.schedule), firing)
 
         async def has_fired_firing(firing: Firing) -> bool:
+            team = schedule_team(slack, firing.schedule)
             return await has_fired(channel, engine.runtime, team, firing)
 
         schedules = ScheduleRunner(config.schedules, fire_firing, has_run=has_fired_firing)
@@ -136,7 +136,7 @@ async def run_schedule(settings: Settings, name: str) -> str:
         ScheduleFailed: The turn failed, or Slack refused its reply.
     """
     from bot.slack.firing import fire_by_hand
-    from bot.slack.run import connected
+    from bot.slack.run import connected, schedule_team
 
     config = load_bot_config(settings.bot_config)
     schedule = config.schedule(name)
@@ -144,7 +144,8 @@ async def run_schedule(settings: Settings, name: str) -> str:
         slack = await stack.enter_async_context(connected(settings))
         engine, channel = await _open_slack_bot(stack, settings, config, slack)
         firing = firing_now(schedule, datetime.now(UTC))
-        return await fire_by_hand(channel, engine.runtime, slack.me.team_id, firing)
+        team = schedule_team(slack, schedule)
+        return await fire_by_hand(channel, engine.runtime, team, firing)
 
 
 async def run_terminal(settings: Settings, given: list[str] | None) -> None:
@@ -198,10 +199,14 @@ async def _open_slack_bot(
     from bot.slack.run import showing, slack_channel
     from bot.slack.tools import slack_tools
 
+    if slack.me is None:  # installed through OAuth: each schedule names its workspace
+        unplaced = [s.name for s in config.schedules if s.team is None]
+        if unplaced:
+            raise ConfigError(texts.schedules_need_team(unplaced))
     engine = await stack.enter_async_context(
         open_engine(
             settings,
-            slack_tools(slack.client, config.approvals),
+            slack_tools(slack.workspaces, config.approvals),
             surfaces=config.surfaces,
             serving=[SOURCE, API_SOURCE] if serving_api else [SOURCE],
             check=lambda agent: check_channel_policies(agent, config),
@@ -209,6 +214,8 @@ async def _open_slack_bot(
             log_only=is_api_session,
         )
     )
+    if slack.installations is not None:
+        slack.installations.attach(engine.store)
     policies = PolicyBook(engine.agent, config, engine.store)
     channel = slack_channel(engine.runtime, slack, settings, policies)
     return engine, await stack.enter_async_context(showing(channel))
@@ -225,10 +232,16 @@ async def _take_slack_events(
     """Take events from Slack, serve ``/healthz`` and the API, until ``stack`` closes."""
     from bot.slack.app import bolt_app
     from bot.slack.http import web_app
+    from bot.slack.oauth import oauth_settings_of
     from bot.slack.run import socket_mode
 
     signing = settings.slack_signing_secret
-    bolt = bolt_app(channel, slack.client, signing.get_secret_value() if signing else "")
+    oauth = None
+    if slack.installations is not None:
+        oauth = oauth_settings_of(settings, slack.installations)
+    bolt = bolt_app(
+        channel, slack.client, signing.get_secret_value() if signing else "", oauth=oauth
+    )
     if settings.slack_app_token is not None:
         app_token = settings.slack_app_token.get_secret_value()
         await stack.enter_async_context(socket_mode(bolt, slack.client, app_token))

@@ -30,6 +30,15 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr | None = None
     slack_api_url: str = SLACK_API_URL
     """Base URL of Slack's Web API; tests point it at a local fake."""
+    slack_client_id: str | None = None
+    """With the client secret and the state secret: install in many workspaces (OAuth)."""
+    slack_client_secret: SecretStr | None = None
+    slack_state_secret: SecretStr | None = None
+    """Signs the OAuth ``state``: any long random string, the same on every replica."""
+    slack_redirect_uri: str | None = None
+    """The OAuth redirect URL, when the app lists more than one (``.../slack/oauth_redirect``)."""
+    slack_authorize_url: str | None = None
+    """Where ``/slack/install`` sends a person; unset, Slack's own. Tests point it at a fake."""
     replace_in_flight: bool = True
     """A newer message in a thread supersedes the thread's unfinished reply."""
     port: int = 3000
@@ -73,6 +82,9 @@ class Settings(BaseSettings):
         "slack_bot_token",
         "slack_signing_secret",
         "slack_app_token",
+        "slack_client_id",
+        "slack_client_secret",
+        "slack_state_secret",
         "anthropic_api_key",
         "api_tokens",
         "anthropic_thinking",
@@ -169,7 +181,46 @@ class Settings(BaseSettings):
                 )
         return dict(parsed)
 
+    @property
+    def installs_by_oauth(self) -> bool:
+        """Whether the app is installed in many workspaces through OAuth (not one bot token)."""
+        return self.slack_client_id is not None or self.slack_client_secret is not None
+
+    def _oauth_problems(self) -> list[str]:
+        found = []
+        if self.slack_bot_token is not None:
+            found.append(
+                "set SLACK_BOT_TOKEN (one workspace) or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET (installs in many, through OAuth), not both"
+            )
+        for name, value in (
+            ("SLACK_CLIENT_ID", self.slack_client_id),
+            ("SLACK_CLIENT_SECRET", self.slack_client_secret),
+            ("SLACK_STATE_SECRET", self.slack_state_secret),
+        ):
+            if value is None:
+                found.append(f"{name} is needed to install through OAuth (Basic Information)")
+        state = self.slack_state_secret
+        if state is not None and len(state.get_secret_value()) < MIN_TOKEN_LENGTH:
+            found.append(
+                f"SLACK_STATE_SECRET must be at least {MIN_TOKEN_LENGTH} characters "
+                "(python -c 'import secrets; print(secrets.token_urlsafe(32))' makes one)"
+            )
+        if self.slack_signing_secret is None:
+            found.append(
+                "SLACK_SIGNING_SECRET is needed to install through OAuth: Slack sends the "
+                "installs and the events over HTTP"
+            )
+        if self.slack_app_token is not None:
+            found.append(
+                "SLACK_APP_TOKEN (Socket Mode) and OAuth installs do not go together here: "
+                "people install over HTTP, so the events come that way too; unset it"
+            )
+        return found
+
     def _slack_problems(self) -> list[str]:
+        if self.installs_by_oauth:
+            return self._oauth_problems()
         bot, signing, app = self.slack_bot_token, self.slack_signing_secret, self.slack_app_token
         if not (bot or signing or app):
             return []
@@ -193,7 +244,9 @@ class Settings(BaseSettings):
     @property
     def has_slack(self) -> bool:
         """Whether any Slack credential is set."""
-        return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
+        return self.installs_by_oauth or any(
+            (self.slack_bot_token, self.slack_signing_secret, self.slack_app_token)
+        )
 
     def anthropic(self) -> AnthropicSettings:
         """The settings of the Claude model, checked.

@@ -54,6 +54,15 @@ STOPPING_SLACK = "Stopping: no new events; replies in flight get a few seconds."
 STOPPING_LOCAL = "Stopping: unfinished turns stay on disk and resume at the next start."
 
 
+def schedules_need_team(names: list[str]) -> str:
+    """Why schedules cannot start where the app is installed in many workspaces."""
+    listed = ", ".join(repr(n) for n in names)
+    return (
+        f"schedule(s) {listed}: with OAuth installs each schedule needs team = "
+        '"T0123456789", the workspace its channel is in'
+    )
+
+
 def health_check_on(port: int) -> str:
     """What the bot says in Socket Mode, where ``/healthz`` is all it serves over HTTP."""
     return f"Serving the health check on http://0.0.0.0:{port}/healthz."
@@ -94,6 +103,7 @@ CANCELLED = {
     "requested": "_(cancelled)_",
     "reset": "_(stopped: this conversation was reset)_",
     "withdrawn": "_(withdrawn by an admin)_",
+    "deleted": "_(stopped: the question was deleted)_",
 }
 HELD = (
     "_(stopped: the bot went down each time it ran this turn, so it is held and will not "
@@ -259,6 +269,13 @@ ONLY_ADMINS_CHANGE_POLICIES = (
     "this channel's policy."
 )
 NOT_A_CHANNEL = "Policies are kept per channel: use /agent-policy in a channel."
+
+FEEDBACK_THANKS = "Thanks for the feedback! Anything to add?"
+FEEDBACK_THANKS_BAD = "Thanks for the feedback. What went wrong?"
+FEEDBACK_GONE = "That reply is gone (or was never mine to rate): nothing was kept."
+FEEDBACK_FAILED = "Your feedback could not be kept just now; please try again."
+FEEDBACK_EMPTY = "Write a few words, or close the form."
+NOT_MY_FORM = "This form is not one of mine."
 
 
 def _date(at: float) -> str:

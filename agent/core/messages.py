@@ -18,6 +18,8 @@ from agent._json import JsonValue
 
 __all__ = [
     "AssistantMessage",
+    "Attachment",
+    "AttachmentKind",
     "ContentBlock",
     "Message",
     "RedactedThinkingBlock",
@@ -94,6 +96,39 @@ class Usage:
         )
 
 
+AttachmentKind = Literal["image", "document", "text", "unreadable"]
+"""What a file became for the model: an image, a PDF, text, or a note that it could not be read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attachment:
+    """A file a person attached to their message, as it was read when the turn was admitted.
+
+    Its content is kept with the message (durably), so a replay, a restart or a
+    later turn of the session sends the model the same bytes and never reads the
+    file again. The channel that read it keeps it within the model's limits.
+    """
+
+    kind: AttachmentKind
+    name: str
+    """The file's name, as the person sees it."""
+    media_type: str = ""
+    """``image/png``, ``application/pdf``, ``text/plain``...; what the bytes are."""
+    data: str = ""
+    """The file's bytes in base64 (an image or a document); "" otherwise."""
+    text: str = ""
+    """The file's text (a text file); "" otherwise."""
+    reason: str = ""
+    """Why the file could not be read (an unreadable one): said to the model and the person."""
+
+    @property
+    def note(self) -> str:
+        """What the model (and the person) is told of an unreadable file; "" for a read one."""
+        if self.kind != "unreadable":
+            return ""
+        return f"(attached file {self.name} could not be read: {self.reason})"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserMessage:
     """What a person sent: a turn's opening, or input that steered the running turn."""
@@ -105,6 +140,9 @@ class UserMessage:
     """The speaker's id, when the channel knows it."""
     steer: str | None = None
     """The steer's id when this message steered turn ``turn_id`` after it opened."""
+    files: tuple[Attachment, ...] = ()
+    """The files attached to the message, read (or not) when it was admitted; sent to the
+    model before its text. Transcripts stored before files existed read as none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from pydantic import Field, TypeAdapter
 from agent._json import JsonValue
 from agent.core.delegation import ParentLink
 from agent.core.hitl import InboundEvent, InputRequest
-from agent.core.messages import Usage
+from agent.core.messages import Attachment, Usage
 from agent.core.policy import TurnPolicy
 from agent.core.steering import Steering
 from agent.errors import TurnError
@@ -129,6 +129,10 @@ class TurnInput:
     parent: ParentLink | None = None
     """The turn and call that delegated this turn to its agent (see
     `agent.core.delegation`); None for a turn nobody delegated."""
+    files: tuple[Attachment, ...] = ()
+    """The files attached to the opening message, already read by the channel (content
+    and all, within its limits): they open the turn with its text, and are stored with
+    it, so no replay reads them again. Unreadable ones are notes of why."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

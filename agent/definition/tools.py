@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from agent._json import JsonValue
+from agent.core.hitl import InboundEvent
 from agent.core.model import ToolSpec
 from agent.errors import ConfigError, FatalToolError, ToolError
 from agent.ports import StoreHandle
@@ -46,6 +47,8 @@ class ToolContext:
     """Where ``progress`` sends a line; the engine gives every call one."""
     delegation: Delegation | None = None
     """Where ``delegate`` starts child turns; only async tools have one."""
+    event: InboundEvent | None = None
+    """The channel's event that opened the turn (who asked, and where), when a channel did."""
 
     def delegate(self, agent: str, task: str) -> Awaitable[JsonValue]:
         """Hand ``task`` to the mounted agent ``agent``, as a turn of its own; its reply.

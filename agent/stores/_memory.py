@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agent._json import JsonValue
+from agent.core.feedback import Feedback
 from agent.core.messages import Message
 from agent.core.records import (
     Archive,
@@ -60,6 +61,7 @@ class MemoryStore:
         self._sessions: dict[SessionKey, _Session] = {}
         self._leases: dict[SessionKey, Lease] = {}
         self._place_policies: dict[tuple[str, str], JsonValue] = {}
+        self._feedback: dict[tuple[SessionKey, str, str], Feedback] = {}
         self._inbox: dict[int, tuple[SessionKey, InboxItem]] = {}
         self._inbox_ids = itertools.count(1)
 
@@ -177,6 +179,17 @@ class MemoryStore:
 
     async def place_policies(self, source: str) -> dict[str, JsonValue]:
         return {p: copy.deepcopy(v) for (s, p), v in self._place_policies.items() if s == source}
+
+    async def save_feedback(self, feedback: Feedback) -> None:
+        self._feedback[feedback.key, feedback.turn_id, feedback.by] = feedback
+
+    async def feedback_since(self, since: float, *, agent: str | None = None) -> list[Feedback]:
+        found = [
+            f
+            for f in self._feedback.values()
+            if f.at >= since and (agent is None or f.key.agent == agent)
+        ]
+        return sorted(found, key=_rules.feedback_order)
 
     async def has_session(self, key: SessionKey) -> bool:
         s = self._sessions.get(key)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent._json import loads
+from agent.core.feedback import Feedback
 from agent.core.records import (
     Commit,
     InboxItem,
@@ -31,6 +32,7 @@ from agent.core.turns import TURN_RECORD_ADAPTER, TURN_STATUSES_UNFINISHED, Turn
 from agent.errors import LeaseLostError, StoreConflictError, StoreError
 
 __all__ = [
+    "FEEDBACK_COLUMNS",
     "INTERRUPTED",
     "LET_GO",
     "STILL_IN_PLAY",
@@ -44,6 +46,8 @@ __all__ = [
     "check_inbox_done",
     "check_reset_pending",
     "counts_as_a_session",
+    "feedback_of",
+    "feedback_order",
     "inbox_items",
     "is_held_by",
     "newest_first",
@@ -270,3 +274,33 @@ def inbox_items(rows: Iterable[tuple[Any, ...]]) -> list[InboxItem]:
 def newest_first(found: Iterable[SessionSummary]) -> list[SessionSummary]:
     """Sessions by their newest kept event, newest first; ties (and none) by id, descending."""
     return sorted(found, key=lambda s: (s.updated_at or 0.0, s.session_id), reverse=True)
+
+
+def feedback_order(feedback: Feedback) -> tuple[float, str, str, str, str]:
+    """The sort key of `SessionStore.feedback_since` (ascending): newest first, then by address.
+
+    Text is compared as Python compares it (the SQL stores sort what they read with
+    it), so every store lists ties alike, whatever the database's collation.
+    """
+    key = feedback.key
+    return (-feedback.at, key.agent, key.session_id, feedback.turn_id, feedback.by)
+
+
+FEEDBACK_COLUMNS: Final = "agent, session_id, turn_id, given_by, rating, comment, at"
+"""What a SQL store selects for `feedback_of`."""
+
+
+def feedback_of(rows: Iterable[tuple[Any, ...]]) -> list[Feedback]:
+    """A SQL store's feedback rows (`FEEDBACK_COLUMNS`) as values, in `feedback_order`."""
+    found = (
+        Feedback(
+            key=SessionKey(agent, session_id),
+            turn_id=turn_id,
+            by=by,
+            rating=rating,
+            comment=comment,
+            at=at,
+        )
+        for agent, session_id, turn_id, by, rating, comment, at in rows
+    )
+    return sorted(found, key=feedback_order)

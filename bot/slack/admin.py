@@ -9,15 +9,16 @@ can say what a channel is told to keep quiet, so nobody else sees it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import ConfigError
+from agent import ConfigError, Feedback
 from bot.policies import PolicyBook, PolicyChange
 from bot.schedules import CHANNEL_ID
+from bot.slack.feedback_blocks import week_blocks
 from bot.texts import (
     NOT_A_CHANNEL,
     ONLY_ADMINS_CHANGE_POLICIES,
@@ -92,8 +93,17 @@ def _change(verb: str, rest: str) -> PolicyChange | None:
     return None
 
 
-async def home_view(client: AsyncWebClient, book: PolicyBook, user: str) -> dict[str, Any]:
-    """The Home tab for ``user``: how to use the bot, and the policies for those who set them."""
+async def home_view(
+    client: AsyncWebClient,
+    book: PolicyBook,
+    user: str,
+    feedback: Callable[[], Awaitable[Sequence[Feedback]]] | None = None,
+) -> dict[str, Any]:
+    """The Home tab for ``user``: how to use the bot; for admins, the policies.
+
+    With ``feedback`` (what reads the week's feedback) admins also see the
+    week's 👍 / 👎 counts and its latest comments; nobody else has it read.
+    """
     blocks: list[dict[str, Any]] = [
         _text(
             "*Mention me in a thread* and I answer there; a tool that needs a person asks "
@@ -101,6 +111,8 @@ async def home_view(client: AsyncWebClient, book: PolicyBook, user: str) -> dict
         )
     ]
     if await is_policy_admin(client, book, user):
+        if feedback is not None:
+            blocks += [{"type": "divider"}, *week_blocks(await feedback())]
         blocks += [{"type": "divider"}, _text("*Policies* (change one with `/agent-policy`)")]
         for view in await book.describe_all():
             blocks.append(_text("\n".join(policy_lines(view, in_slack=True))))

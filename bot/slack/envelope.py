@@ -15,7 +15,7 @@ import json
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, parse_qsl
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 __all__ = [
     "MAX_DEPTH",
@@ -75,6 +75,21 @@ class _Event(_Addressed):
     text: str | None = None
     bot_id: str | None = None
     channel_type: str | None = None
+
+    @model_validator(mode="after")
+    def _names_its_assistant_thread(self) -> _Event:
+        # Bolt builds its assistant helpers for these before any listener runs, and
+        # raises (a 500) for one without the thread's channel and ts
+        if self.type in _ASSISTANT_THREAD_EVENTS:
+            thread = self.assistant_thread
+            if thread is None or not (thread.channel_id and thread.thread_ts):
+                raise ValueError(f"{self.type} without assistant_thread.channel_id and thread_ts")
+        return self
+
+
+_ASSISTANT_THREAD_EVENTS = frozenset(
+    {"assistant_thread_started", "assistant_thread_context_changed"}
+)
 
 
 class _Action(_Shape):
@@ -248,6 +263,11 @@ def _missing(envelope: _Envelope) -> str | None:
     view = envelope.view
     if kind == "view_submission" and view and view.callback_id is not None and view.type is None:
         return "view.type"
+    # a step from apps' edit or save: Bolt reads its workflow_step for every listener
+    stepping = kind == "workflow_step_edit" and envelope.callback_id is not None
+    stepping |= kind == "view_submission" and view is not None and view.type == "workflow_step"
+    if stepping and "workflow_step" not in (envelope.model_extra or {}):
+        return "workflow_step"
     return None
 
 

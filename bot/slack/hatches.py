@@ -114,11 +114,17 @@ class _Hatches:
     def __init__(self, channel: SlackChannel, client: AsyncWebClient) -> None:
         self.channel = channel
         self.client = client
+        """The app's client, as Bolt was given it; each thread's own is its workspace's."""
         self.decisions = channel.decisions
 
-    async def is_admin(self, user: str) -> bool:
+    async def client_in(self, thread: Thread) -> AsyncWebClient:
+        """Slack's Web API as the bot in ``thread``'s workspace."""
+        return await self.decisions.renderer.client_for(thread.session_id)
+
+    async def is_admin(self, user: str, thread: Thread) -> bool:
         book = self.channel.policies
-        return await is_admin(self.client, book.admins if book else (), user)
+        client = await self.client_in(thread)
+        return await is_admin(client, book.admins if book else (), user)
 
     async def clicked(self, decision: Decision, user: str, body: dict[str, Any]) -> None:
         thread = await self.decisions.thread_of(decision.session_id, decision.turn_id)
@@ -128,7 +134,7 @@ class _Hatches:
         if decision.action == "answer":
             await self._open_answer(decision, user, thread, body)
         elif decision.action == "withdraw":
-            if not await self.is_admin(user):
+            if not await self.is_admin(user, thread):
                 await self._tell(user, thread, ONLY_ADMINS_WITHDRAW)
                 return
             await self.decisions.withdraw(decision, user, shown_ts(body))
@@ -154,7 +160,7 @@ class _Hatches:
             "m": shown_ts(body),
         }
         try:
-            await self.client.views_open(
+            await (await self.client_in(thread)).views_open(
                 trigger_id=str(body.get("trigger_id") or ""), view=answer_view(request, address)
             )
         except SlackApiError as exc:
@@ -189,7 +195,7 @@ class _Hatches:
     async def _stop(self, decision: Decision, user: str, thread: Thread) -> None:
         session = self.channel.runtime.session(self.channel.agent, decision.session_id)
         turns = await session.turns()
-        if not (_took_part(turns, user) or await self.is_admin(user)):
+        if not (_took_part(turns, user) or await self.is_admin(user, thread)):
             await self._tell(user, thread, ONLY_PARTICIPANTS_STOP)
             return
         renderer = self.decisions.renderer
@@ -212,7 +218,7 @@ class _Hatches:
         if asked is None:
             await self._tell(user, thread, NOTHING_TO_RETRY)
             return
-        if asked.input.user != user and not await self.is_admin(user):
+        if asked.input.user != user and not await self.is_admin(user, thread):
             await self._tell(user, thread, ONLY_ASKER_RETRIES)
             return
         try:
@@ -229,7 +235,7 @@ class _Hatches:
             return
         line = retried_by(user, stamp(None))
         try:  # the button is spent: a second click would only show the same retry
-            await self.client.chat_update(
+            await (await self.client_in(thread)).chat_update(
                 channel=thread.channel, ts=shown, text=line, blocks=retried_blocks(line)
             )
         except SlackApiError as exc:
@@ -258,13 +264,13 @@ class _Hatches:
         if not turns:
             await self._tell(by, thread, NOT_A_THREAD)
             return
-        if not (_took_part(turns, by) or await self.is_admin(by)):
+        if not (_took_part(turns, by) or await self.is_admin(by, thread)):
             await self._tell(by, thread, ONLY_PARTICIPANTS_RESET)
             return
         archived = await key_session.reset()
         logger.info("%s reset by %s (archived as %s)", thread.session_id, by, archived)
         try:
-            await self.client.chat_postMessage(
+            await (await self.client_in(thread)).chat_postMessage(
                 channel=thread.channel, thread_ts=thread.thread_ts, text=thread_reset(by)
             )
         except SlackApiError as exc:

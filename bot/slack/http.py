@@ -1,5 +1,9 @@
 """The HTTP face of the Slack app: ``POST /slack/events`` (`bot.serve` adds ``/healthz``).
 
+Installed through OAuth (`bot.slack.oauth`), it also serves ``GET /slack/install``
+and ``GET /slack/oauth_redirect``, which Bolt's OAuth flow answers: they are a
+browser's, not Slack's, so they carry no signature.
+
 The signature is checked here, over the body's bytes, before the body is read
 as text or parsed, so a forged request is refused whatever its body (401), and
 a signed body that is not what Slack sends gets a 400 that says what is wrong
@@ -16,7 +20,7 @@ import time
 from collections.abc import Mapping
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext, AsyncBoltRequest
 from slack_bolt.request.async_internals import build_async_context
 
@@ -59,6 +63,19 @@ def web_app(bolt: AsyncApp, signing_secret: str) -> web.Application:
 
     app = web.Application()
     app.router.add_post("/slack/events", slack_events)
+    flow = bolt.oauth_flow
+    if flow is not None:  # many workspaces: the install page, and Slack's redirect back
+
+        async def install(request: web.Request) -> web.Response:
+            bolt_request = await to_bolt_request(request)
+            return await to_aiohttp_response(await flow.handle_installation(bolt_request))
+
+        async def oauth_redirect(request: web.Request) -> web.Response:
+            bolt_request = await to_bolt_request(request)
+            return await to_aiohttp_response(await flow.handle_callback(bolt_request))
+
+        app.router.add_get(flow.install_path, install)
+        app.router.add_get(flow.redirect_uri_path, oauth_redirect)
     return app
 
 

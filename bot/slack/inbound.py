@@ -28,6 +28,7 @@ EMPTY_MENTION = "(an @mention with no text)"
 SLACKBOT = "USLACKBOT"
 """Slackbot's user id: its messages (reminders, notices) carry no ``bot_id``, yet it is a bot."""
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_CHANNEL_ID = re.compile(r"[CG][A-Z0-9]{2,}")
 """JSON may escape half a UTF-16 pair (``"\\ud800"``); Python keeps it, but it cannot be stored."""
 
 
@@ -46,6 +47,9 @@ class Inbound:
     needs_thread: bool
     """Only a turn if the bot already takes part in this thread (a follow-up without
     a mention): the caller checks that the session exists before starting it."""
+    files: tuple[Json, ...] = ()
+    """The files the message carries (``file_share``), as Slack describes them; read
+    (`bot.slack.files.read_files`) only once the turn is about to be admitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,7 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
                 "channel": channel,
                 "thread_ts": root,
                 "ts": ts,
+                **_in_view(event),
             },
         ),
     )
@@ -120,7 +125,30 @@ def read_event(body: Json, *, bot_user_id: str) -> Inbound | Ignored:
         thread_ts=root,
         input_ts=ts,
         needs_thread=not (mentioned or is_direct),
+        files=tuple(f for f in event.get("files") or () if isinstance(f, dict)),
     )
+
+
+def _in_view(event: Json) -> dict[str, str]:
+    """``context_channel``: the channel the person had open beside the agent, if Slack said.
+
+    Under ``agent_view`` a message carries ``app_context``: the entities the person was
+    viewing, most relevant first (docs.slack.dev, app_context_changed); a channel, or a
+    message in one, names the channel.
+    """
+    context = event.get("app_context")
+    entities = context.get("entities") if isinstance(context, dict) else None
+    for entity in entities if isinstance(entities, list) else ():
+        if not isinstance(entity, dict):
+            continue
+        value = entity.get("value")
+        if entity.get("type") == "slack#/types/message_context" and isinstance(value, dict):
+            value = value.get("channel_id")
+        elif entity.get("type") != "slack#/types/channel_id":
+            continue
+        if _given(value) and _CHANNEL_ID.fullmatch(value):
+            return {"context_channel": value}
+    return {}
 
 
 def _given(value: object) -> TypeGuard[str]:

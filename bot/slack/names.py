@@ -26,7 +26,8 @@ class SlackNames:
     """Names of users and public channels, by id and back, asked of Slack once."""
 
     def __init__(self, client: AsyncWebClient) -> None:
-        self._client = client
+        self.client = client
+        """Whose names these are: the bot's client in one workspace."""
         self._users: dict[str, str] = {}
         self._channels: dict[str, str] = {}
         """Channel names by id."""
@@ -40,7 +41,7 @@ class SlackNames:
             return "someone"
         if user not in self._users:
             try:
-                info = (await self._client.users_info(user=user))["user"]
+                info = (await self.client.users_info(user=user))["user"]
                 self._users[user] = str(info.get("name") or user)
             except SlackApiError:
                 self._users[user] = user
@@ -79,7 +80,7 @@ class SlackNames:
         """``#general``, or the id when Slack will not say."""
         if channel_id not in self._channels:
             try:
-                info = (await self._client.conversations_info(channel=channel_id))["channel"]
+                info = (await self.client.conversations_info(channel=channel_id))["channel"]
             except SlackApiError:
                 return channel_id
             self._channels[channel_id] = str(info.get("name") or channel_id)
@@ -89,7 +90,7 @@ class SlackNames:
         """The message's address in the workspace (a permalink), when Slack names the workspace."""
         if self._workspace is None:
             try:
-                self._workspace = str((await self._client.auth_test()).get("url") or "")
+                self._workspace = str((await self.client.auth_test()).get("url") or "")
             except SlackApiError:
                 self._workspace = ""
         if not self._workspace:
@@ -108,7 +109,7 @@ class SlackNames:
         cursor: str | None = None
         try:
             while True:
-                page = await self._client.conversations_list(
+                page = await self.client.conversations_list(
                     types="public_channel", exclude_archived=True, limit=LIST_PAGE, cursor=cursor
                 )
                 for channel in page["channels"]:

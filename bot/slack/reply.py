@@ -23,6 +23,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.once import AMBIGUOUS, REPLY_EVENT, CannotTell, look_for, post_once, tag
+from bot.slack.reply_footer import ending, error_of, update_reply
 from bot.slack.reply_text import cut, markdown_chunk, squashed
 from bot.slack.task_lines import TaskLines
 from bot.slack.thread_status import ThreadStatus
@@ -35,7 +36,6 @@ PLACEHOLDER = "…"
 PROGRESS_EVERY = 1.0  # seconds between two progress lines shown; those between are dropped
 MAX_MESSAGE_CHARS = 12_000
 """What Slack takes as one message's ``markdown_text``."""
-
 STREAM_GONE = frozenset({"message_not_in_streaming_state", "stopped_by_user", "message_not_found"})
 """Errors that mean the stream is closed for good (anything else may leave it open)."""
 
@@ -53,13 +53,11 @@ class ThreadReply:
             the channel (not streamed: streams live in threads), threading what follows.
         recipient_user: Who the reply is for (streams into channels need it).
         team: Their workspace.
-        on_open: Awaited with each message's ts as soon as it exists, so the
-            message can be found again after a restart.
+        on_open: Awaited with each message's ts as soon as it exists (kept for a restart).
         on_opening: Awaited before each stream is opened (a stream has no tag until it
             stops: a restart tells whose an untagged one is by what was kept first).
-        key: What names this reply in its messages' metadata (the turn, and where the
-            reply starts in it), so that a post whose answer was lost is found, not
-            made again.
+        key: What names this reply in its messages' metadata (the turn, and where it
+            starts), so that a post whose answer was lost is found, not made again.
         after: The ts its messages are newer than (what it answers).
         taken: Awaited for the ts of messages other replies hold, which an untagged
             message found in the thread is never taken for (two turns streaming at once).
@@ -69,6 +67,7 @@ class ThreadReply:
             about 100 a minute per workspace: a reply takes at most 60 of them).
         update_every: Seconds between updates of a message that is not streamed
             (``chat.update`` is Tier 3, about 50 a minute).
+        loading_messages: What the thread's status rotates through until the first words.
     """
 
     def __init__(
@@ -87,6 +86,7 @@ class ThreadReply:
         opening: asyncio.Lock | None = None,
         flush_every: float = 1.0,
         update_every: float = 1.5,
+        loading_messages: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -104,11 +104,11 @@ class ThreadReply:
         self._clock = clock
         self._shown = self._pending = ""  # what the current message says; what is still to go
         self._ts: str | None = None
-        self._streaming = False
-        self._tagged = False
-        """Whether the current message carries its tag (a stream gets it when it stops)."""
+        # _tagged: whether the current message carries its tag (a stream's comes as it stops)
+        self._streaming = self._tagged = self._footed = False  # _footed: shows _footer
+        self._footer: Sequence[dict[str, Any]] = ()  # what the last message ends with
         self._last_flush = float("-inf")
-        self._status = ThreadStatus(client, channel, thread_ts)
+        self._status = ThreadStatus(client, channel, thread_ts, loading_messages)
         self._earlier = ""
         """What the reply's earlier messages say, once it went on past one."""
         self._part = 0
@@ -170,12 +170,14 @@ class ThreadReply:
         if self._clock() - self._last_flush >= self._interval():
             await self._flush()
 
-    async def task(self, call_id: str, title: str, status: str, *, note: str = "") -> None:
+    async def task(
+        self, call_id: str, title: str, status: str, *, note: str = "", doing: str = ""
+    ) -> None:
         """Show a tool call as a task line of the stream (a reply that is not streamed has none).
 
-        ``note``, what the model wrote to introduce the call, goes with its first
-        line as the task's details; where nothing streams, the thread's status
-        shows it while the tool runs.
+        ``note``, what the model wrote to introduce the call, goes with its first line
+        as the task's details. While the tool runs the thread's status says ``doing``
+        (what the tool is at), or, where nothing streams, the note.
         """
         first = call_id not in self._tasks
         note = " ".join(note.split())
@@ -189,14 +191,12 @@ class ThreadReply:
             await self._flush()  # the words so far go out before the tool runs
             if self._streaming:
                 await self._send([line])
-        if note and first and not self._streaming:
-            await self._status.note(note)
+        shown = note if note and not self._streaming else doing
+        if first and shown:
+            await self._status.note(shown)
 
     async def progress(self, call_id: str, text: str) -> None:
-        """Show a running call's ``ctx.progress``: under its task line, or as the status.
-
-        At most one line per `PROGRESS_EVERY` seconds: the lines between are dropped.
-        """
+        """Show a call's ``ctx.progress`` under its task line, or as the status (one a second)."""
         now = self._clock()
         if call_id not in self._tasks or now - self._last_progress < PROGRESS_EVERY:
             return
@@ -214,15 +214,19 @@ class ThreadReply:
         if call_id in self._tasks:
             await self.task(call_id, self._tasks.waiting_title(call_id), "pending")
 
-    async def finish(self, *, whole: Sequence[str] = (), note: str | None = None) -> None:
-        """End the reply, showing every part of ``whole`` and then ``note``.
+    async def finish(
+        self, *, whole: Sequence[str] = (), note: str | None = None, footer: Sequence[Any] = ()
+    ) -> None:
+        """End the reply, showing every part of ``whole``, then ``note``, then ``footer``.
 
         Args:
             whole: The texts the turn's steps committed for this reply. What the
                 reply did not show as it streamed (a replay, words streamed before
                 anyone watched) is shown now, rewriting the message if it must.
             note: A closing line (superseded, failed, ...).
+            footer: Blocks under the reply's last message (`bot.slack.reply_footer`).
         """
+        self._footer = footer
         try:
             await self._finish(whole, note)
         finally:
@@ -246,9 +250,9 @@ class ThreadReply:
                 await self._close_stream()
         elif self._ts is not None or self._pending.strip():
             await self._flush(force=True, last=True)
-        if self._ts is not None and not self._tagged:
-            # Slack ended the stream before it took its tag: the update gives it one, so
-            # that a restart finds this message as the reply's, not as a stray
+        if self._ts is not None and (not self._tagged or (self._footer and not self._footed)):
+            # Slack ended the stream before it took its tag (or footer): the update gives
+            # it one, so that a restart finds this message as the reply's, not as a stray
             await self._update()
 
     # -- plumbing --------------------------------------------------------------------
@@ -264,10 +268,11 @@ class ThreadReply:
         while len(self._shown) + len(text) > MAX_MESSAGE_CHARS:
             room = MAX_MESSAGE_CHARS - len(self._shown)
             head, text = cut(text, room) if room > 0 else ("", text)
+            footer, self._footer = self._footer, ()  # only the last message has it
             await self._write(head, last=True)
-            self._earlier += self._shown
+            self._earlier, self._footer = self._earlier + self._shown, footer
             self._part += 1
-            self._ts, self._shown, self._streaming = None, "", False
+            self._ts, self._shown, self._streaming, self._footed = None, "", False, False
         await self._write(text, last=last)
 
     async def _write(self, text: str, *, last: bool) -> None:
@@ -318,7 +323,7 @@ class ThreadReply:
                         recipient_team_id=team,
                     )
                 except SlackApiError as exc:
-                    logger.info("no streaming here (%s): posting the reply instead", _error(exc))
+                    logger.info("no streaming here (%s): posting the reply instead", error_of(exc))
                     self._can_stream = False
                     return
                 except AMBIGUOUS:  # applied or not: look for it before starting another
@@ -355,16 +360,16 @@ class ThreadReply:
         try:
             if stop:
                 await self._client.chat_stopStream(
-                    channel=self._channel, ts=self._ts, chunks=chunks or None, metadata=self._tag()
+                    channel=self._channel, ts=self._ts, **ending(chunks, self._tag(), self._footer)
                 )
-                self._streaming, self._tagged = False, True
+                self._streaming, self._tagged, self._footed = False, True, bool(self._footer)
             else:
                 await self._client.chat_appendStream(
                     channel=self._channel, ts=self._ts, chunks=chunks
                 )
             return True
         except (SlackApiError, *AMBIGUOUS) as exc:  # AMBIGUOUS: the whole text goes next
-            await self._lose_stream(_error(exc))
+            await self._lose_stream(error_of(exc))
             return False
 
     async def _close_stream(self) -> None:
@@ -384,17 +389,8 @@ class ThreadReply:
 
     async def _update(self) -> None:
         assert self._ts is not None
-        try:
-            await self._client.chat_update(
-                channel=self._channel,
-                ts=self._ts,
-                markdown_text=self._shown or self._tasks.as_text() or PLACEHOLDER,
-                metadata=self._tag(),
-            )
-            self._tagged = True
-        except SlackApiError as exc:
-            logger.error("could not update reply %s: %s", self._ts, _error(exc))
-
-
-def _error(exc: Exception) -> Any:
-    return exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+        text = self._shown or self._tasks.as_text() or PLACEHOLDER
+        if await update_reply(
+            self._client, self._channel, self._ts, text, self._tag(), self._footer
+        ):
+            self._tagged, self._footed = True, bool(self._footer)

@@ -32,9 +32,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import AgentRuntime, ConfigError
 from bot.policies import PolicyBook
+from bot.schedules import Schedule
 from bot.settings import Settings
 from bot.slack.channel import SlackChannel
 from bot.slack.envelope import MalformedBody, check_socket_payload
+from bot.slack.installations import StoreInstallations
+from bot.slack.workspaces import Installed, OneWorkspace, Workspaces
 
 __all__ = [
     "REPEATABLE",
@@ -42,6 +45,7 @@ __all__ = [
     "Identity",
     "SlackConnection",
     "connected",
+    "schedule_team",
     "showing",
     "slack_channel",
     "slack_client",
@@ -99,21 +103,28 @@ class RepeatableRetryHandler(AsyncConnectionErrorRetryHandler):
 
 
 def slack_client(
-    settings: Settings, session: aiohttp.ClientSession | None = None
+    settings: Settings,
+    session: aiohttp.ClientSession | None = None,
+    *,
+    token: str | None = None,
 ) -> AsyncWebClient:
-    """Slack's Web API with the bot token; a 429 waits as long as Slack says, then retries.
+    """Slack's Web API with a bot token; a 429 waits as long as Slack says, then retries.
 
     A dropped connection is retried only for the `REPEATABLE` methods (a 429 was
     never applied, so every method retries that).
 
     Args:
-        settings: The bot token and the Web API's URL.
+        settings: The bot token (one workspace) and the Web API's URL.
         session: Shared by every call, so connections are reused; without one,
             slack_sdk opens (and closes) a connection per call.
+        token: A workspace's bot token (OAuth installs); by default ``SLACK_BOT_TOKEN``,
+            and none at all where the app installs through OAuth (the app's own client,
+            whose requests Bolt gives each workspace's token).
     """
-    assert settings.slack_bot_token is not None
+    if token is None and settings.slack_bot_token is not None:
+        token = settings.slack_bot_token.get_secret_value()
     return AsyncWebClient(
-        token=settings.slack_bot_token.get_secret_value(),
+        token=token,
         base_url=settings.slack_api_url,
         session=session,
         retry_handlers=[
@@ -156,7 +167,12 @@ class SlackConnection:
     """Slack's Web API as the bot, and who the bot is there."""
 
     client: AsyncWebClient
-    me: Identity
+    """With the bot token in one workspace; with none where the app installs through OAuth."""
+    me: Identity | None
+    """The bot in its one workspace; None where it is installed in many."""
+    workspaces: Workspaces
+    installations: StoreInstallations | None = None
+    """Where the workspaces' tokens are kept (OAuth); attached to the store once it opens."""
 
 
 @contextlib.asynccontextmanager
@@ -168,7 +184,25 @@ async def connected(settings: Settings) -> AsyncIterator[SlackConnection]:
     """
     async with aiohttp.ClientSession() as http:
         client = slack_client(settings, http)
-        yield SlackConnection(client, await who_am_i(client, settings))
+        if settings.installs_by_oauth:
+            installations = StoreInstallations()
+            workspaces = Installed(
+                installations, lambda token: slack_client(settings, http, token=token)
+            )
+            yield SlackConnection(client, None, workspaces, installations)
+            return
+        me = await who_am_i(client, settings)
+        one = OneWorkspace(client, team=me.team_id, bot_user_id=me.user_id)
+        yield SlackConnection(client, me, one)
+
+
+def schedule_team(slack: SlackConnection, schedule: Schedule) -> str:
+    """The workspace a schedule posts in: its own ``team``, or the bot's one workspace's."""
+    if schedule.team is not None:
+        return schedule.team
+    if slack.me is None:
+        raise ConfigError(f"schedule {schedule.name!r}: team is needed with OAuth installs")
+    return slack.me.team_id
 
 
 def slack_channel(
@@ -182,10 +216,12 @@ def slack_channel(
         runtime,
         policies.agent.name,
         slack.client,
-        bot_user_id=slack.me.user_id,
+        bot_user_id=slack.me.user_id if slack.me else "",
+        workspaces=slack.workspaces,
         replace_in_flight=settings.replace_in_flight,
         follow_ups=policies.follow_ups,
         policies=policies,
+        surface=policies.surface,
     )
 
 

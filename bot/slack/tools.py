@@ -9,6 +9,7 @@ people without inventing ids.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from bot.config_file import Approvals
 from bot.notebook import Notebook
 from bot.slack.names import SlackNames
 from bot.slack.once import AMBIGUOUS, CannotTell, look_for, post_once, tag
+from bot.slack.thread_context import thread_context
+from bot.slack.workspaces import OneWorkspace, Workspaces
 
 __all__ = ["POST_EVENT", "THREAD_TOOLS", "listed_slack_tools", "post_tag", "slack_tools"]
 
@@ -51,6 +54,31 @@ def _where(ctx: ToolContext) -> tuple[str, str]:
     if len(parts) < 4 or parts[0] != "slack":
         raise ToolError("this tool only works in a Slack conversation")
     return parts[2], parts[3]
+
+
+def _team(ctx: ToolContext) -> str | None:
+    """The workspace of the turn's session (``slack:<team>:…``); None outside Slack."""
+    parts = ctx.session_id.split(":")
+    return parts[1] if len(parts) > 2 and parts[0] == "slack" else None
+
+
+async def _in_view(client: AsyncWebClient, ctx: ToolContext) -> str:
+    """The channel the person has open beside the conversation, as Slack last said.
+
+    Under ``agent_view`` each message carries it (``app_context``, kept with the
+    turn's event); in an assistant thread it is kept on the thread's greeting.
+
+    Raises:
+        ToolError: Slack never said: the model should ask which channel.
+    """
+    seen = ctx.event.data.get("context_channel") if ctx.event is not None else None
+    if not (isinstance(seen, str) and seen) and ctx.event is not None:
+        where, thread_ts = _where(ctx)
+        with contextlib.suppress(SlackApiError, *AMBIGUOUS):
+            seen = await thread_context(client, where, thread_ts)
+    if not (isinstance(seen, str) and seen):
+        raise ToolError("no channel is open beside this conversation: ask which one to read")
+    return seen
 
 
 def _notebook(ctx: ToolContext) -> str:
@@ -93,15 +121,34 @@ def listed_slack_tools() -> Sequence[Tool]:
     return slack_tools(AsyncWebClient())
 
 
-def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> Sequence[Tool]:
+def slack_tools(
+    slack: AsyncWebClient | Workspaces, approvals: Approvals | None = None
+) -> Sequence[Tool]:
     """``read_thread``, ``read_channel``, ``post_message``, ``remember`` and ``recall``.
 
-    ``approvals`` says how long a post waits for its approval (BOT_CONFIG's, or the default).
+    Args:
+        slack: The bot's client in its one workspace, or its workspaces (OAuth): a call
+            speaks to the workspace of its turn's session.
+        approvals: How long a post waits for its approval (BOT_CONFIG's, or the default).
     """
     approvals = approvals or Approvals()
-    names = SlackNames(client)
+    workspaces = (
+        OneWorkspace(slack, team="", bot_user_id="") if isinstance(slack, AsyncWebClient) else slack
+    )
+    known: dict[str | None, SlackNames] = {}
+    """Names by workspace: each has its own people and channels."""
 
-    async def shown(messages: list[dict[str, Any]], channel: str) -> list[dict[str, Any]]:
+    async def slack_of(ctx: ToolContext) -> tuple[AsyncWebClient, SlackNames]:
+        team = _team(ctx)
+        client = (await workspaces.get(team)).client
+        names = known.get(team)
+        if names is None or names.client is not client:  # a new token: names asked again
+            names = known[team] = SlackNames(client)
+        return client, names
+
+    async def shown(
+        names: SlackNames, messages: list[dict[str, Any]], channel: str
+    ) -> list[dict[str, Any]]:
         read: list[dict[str, Any]] = []
         for m in messages:
             message: dict[str, Any] = {
@@ -121,6 +168,7 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
     async def read_thread(ctx: ToolContext) -> dict[str, Any]:
         """Read the current thread: its first message and the latest 50 replies, oldest first."""
         channel, thread_ts = _where(ctx)
+        client, names = await slack_of(ctx)
         replies: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(replies) < MAX_THREAD_READ:
@@ -135,7 +183,7 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
         latest = rest[-(PAGE - 1) :] if len(rest) >= PAGE else rest
         read: dict[str, Any] = {
             "channel": await names.channel(channel),
-            "messages": await shown(root + latest, channel),
+            "messages": await shown(names, root + latest, channel),
         }
         if len(rest) > len(latest) or cursor is not None:
             read["skipped"] = "older replies between the first message and these were left out"
@@ -143,7 +191,10 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
 
     @tool
     async def read_channel(
-        channel: str, ctx: ToolContext, since: str | None = None, cursor: str | None = None
+        ctx: ToolContext,
+        channel: str | None = None,
+        since: str | None = None,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
         """Read a channel's top-level messages: the latest 50, or all since a time.
 
@@ -153,11 +204,14 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
         Each message has its ``link``; ``replies`` counts a thread's answers.
 
         Args:
-            channel: A public channel: its name (``#general``) or id (``C…``).
             ctx: The call's context (the engine fills it in).
+            channel: A public channel: its name (``#general``) or id (``C…``). Left
+                out: the channel the person has open beside this conversation.
             since: Seconds since the epoch, or a message's ``ts``: only what came after.
             cursor: From a previous call's ``next_cursor``, to read on.
         """
+        client, names = await slack_of(ctx)
+        channel = channel or await _in_view(client, ctx)
         found = await names.channel_id(channel)
         await _open_to_all(client, found, ctx, names)
         oldest = _epoch(since) if since else None
@@ -186,7 +240,7 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
             messages.reverse()  # a period reads best in the order it happened
         read: dict[str, Any] = {
             "channel": await names.channel(found),
-            "messages": await shown(messages, found),
+            "messages": await shown(names, messages, found),
             "next_cursor": cursor,
         }
         return read | ({"stopped": stopped} if stopped else {})
@@ -200,6 +254,7 @@ def slack_tools(client: AsyncWebClient, approvals: Approvals | None = None) -> S
             text: The message, in Slack markdown.
             ctx: The call's context (the engine fills it in).
         """
+        client, names = await slack_of(ctx)
         channel = await names.channel_id(channel)
         quoted = "\n".join(f">{line}" for line in text.splitlines() or [""])
         prompt = f"Post to <#{channel}>?\n{quoted}"

@@ -38,6 +38,8 @@ def test_public_names_are_pinned():
             "ActionCompleted", "ActionRequested", "Agent", "AgentError",
             "AgentRuntime", "AnthropicModel", "AnthropicSettings",
             "AgentSession", "AssistantMessage", "Cancelled", "Completed", "ConfigError",
+            "Attachment",
+            "Feedback", "Rating", "rate_turn",
             "EventSink", "Failed", "FatalToolError", "InputRequested", "LeaseLostError",
                 "MemoryStore", "Message",
             "MessageCompleted", "MessageDelta", "Model", "ModelError", "ModelReply",

@@ -3,7 +3,8 @@
 `ModalSlack` is the fake Slack plus ``views.open``, as docs.slack.dev/reference/
 methods/views.open describes it: it exchanges a ``trigger_id`` once (again:
 ``exchanged_trigger_id``; not of the form ``123.456.abc``: ``invalid_trigger_id``;
-none: ``invalid_arguments``), opens only a ``modal`` with a plain_text title of
+past its 3 seconds, as a test says with ``expired``: ``expired_trigger_id``; none:
+``invalid_arguments``), opens only a ``modal`` with a plain_text title of
 at most 24 characters and at most 100 valid blocks, a ``private_metadata`` of at
 most 3,000 characters and, with an input block, a ``submit``.
 
@@ -52,6 +53,8 @@ class ModalSlack(FakeSlack):
         self.opened: list[dict[str, Any]] = []
         """The views opened, in order."""
         self._exchanged: set[str] = set()
+        self.expired: set[str] = set()
+        """Triggers past their 3 seconds (add one to have views.open refuse it)."""
         self._handlers["views.open"] = self._open_view
 
     def _open_view(self, params: Any) -> dict[str, Any]:
@@ -62,6 +65,8 @@ class ModalSlack(FakeSlack):
             raise Refusal("invalid_trigger_id")
         if trigger in self._exchanged:
             raise Refusal("exchanged_trigger_id")
+        if trigger in self.expired:
+            raise Refusal("expired_trigger_id")
         view = params.structured("view", "invalid_arguments")
         if not isinstance(view, dict) or view.get("type") != "modal":
             raise Refusal("invalid_arguments", messages=["view must be an object of type modal"])

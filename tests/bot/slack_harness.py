@@ -133,6 +133,7 @@ def _answer(request: ModelRequest) -> Any:
         return reply("", call("ask_helper", {"task": text.removeprefix("delegate ")}, id="c-d"))
     asks: dict[str, tuple[str, dict[str, Any]]] = {
         "hurry": ("hurry", {}),
+        "read the channel I have open": ("read_channel", {}),
         "read the thread": ("read_thread", {}),
         "recall": ("recall", {}),
     }
@@ -280,8 +281,8 @@ class Bot:
         raise AssertionError(f"no {count} private messages to {user}")
 
     async def replies_in(self, thread_ts: str, count: int = 1) -> list[str]:
-        """The texts of a thread's replies, once there are ``count`` and they are written."""
-        return [m.text for m in await self.written_replies(thread_ts, count)]
+        """The words of a thread's replies, once there are ``count`` and they are written."""
+        return [m.words for m in await self.written_replies(thread_ts, count)]
 
     async def written_replies(
         self,

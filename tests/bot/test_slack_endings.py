@@ -69,6 +69,17 @@ FAILING = "fail the first time"
 READING = "read everything"
 
 
+@pytest.fixture(autouse=True)
+def no_stop_of_slacks_own(slack: FakeSlack) -> None:
+    """These tests are of the bot's own Stop button: Slack shows none on the thread here.
+
+    Slack's agent sessions show their Stop only to an app that subscribes to
+    ``agent_session_stopped``; without it, ``agents.sessions.setStatus`` warns, and the
+    bot shows its own (tests/bot/test_slack_surface.py covers Slack's Stop).
+    """
+    slack.agent_surface.stop_subscribed = False
+
+
 @dataclasses.dataclass
 class Signal:
     """What the waiting tool waits on, and an event set once it is waiting."""

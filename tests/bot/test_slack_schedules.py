@@ -276,7 +276,7 @@ async def test_a_summary_slack_stops_reading_midway_keeps_what_it_read(bot: Bot)
 
     await fire(bot.channel, bot.runtime, slack.team_id, firing)
 
-    said = "".join(m.text for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id)
+    said = "".join(m.words for m in slack.messages(slack.channel_id) if m.user == slack.bot_user_id)
     assert "Slack's rate limit stopped the read after the newest 50 messages" in said
     assert "'note 59'" in said  # the newest page, kept
     assert "'note 10'" in said

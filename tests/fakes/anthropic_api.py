@@ -71,6 +71,11 @@ from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
 
+from tests.fakes.anthropic_files import (
+    check_file_block,
+    check_request_files,
+    check_request_size,
+)
 from tests.fakes.anthropic_models import MODELS, ModelRules, find_model, model_info
 from tests.fakes.anthropic_models_api import models_page
 from tests.fakes.anthropic_rules import (
@@ -266,6 +271,7 @@ def _check_request(
     _check_roles(messages)
     for index, message in enumerate(messages):
         _check_content(index, message, is_last=index == len(messages) - 1)
+    check_request_files(messages)
     _check_tool_pairs(messages)
     _check_cache_controls(body)
     model = find_model(body["model"])
@@ -353,6 +359,8 @@ def _check_content(index: int, message: Json, *, is_last: bool) -> None:
             _check_text(where, block)
         if _block_type(block) == "tool_result":
             _check_tool_result_content(where, block)
+        if _block_type(block) in ("image", "document"):
+            check_file_block(where, block)
         if _block_type(block) == "thinking" and not block.get("signature"):
             raise _Rejected(f"{where}.signature: thinking blocks must carry a non-empty signature")
     last = blocks[-1]
@@ -814,7 +822,8 @@ class FakeAnthropic:
         self._queue.extend(responses)
 
     async def __aenter__(self) -> FakeAnthropic:
-        app = web.Application()
+        # room for a body over the API's 32 MB, so that the fake refuses it as the API does
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._on_messages)
         app.router.add_post("/v1/messages/count_tokens", self._on_count_tokens)
         app.router.add_get("/v1/models", self._on_models)
@@ -841,6 +850,7 @@ class FakeAnthropic:
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
         betas = _betas(request)
         try:
+            check_request_size(request.content_length)
             self._check_headers(request)
             model = _check_request(body, betas=betas, hidden=self._hidden)
             screening = self._screen(body, model, betas)

@@ -41,7 +41,7 @@ which a test pushes envelopes as Slack would.
 What is not modelled: scopes, rate limits that are not scripted, channel names
 in place of ids, message formatting (``blocks`` are what was sent; Slack would
 add ``rich_text`` blocks for plain text), the tombstone a deleted thread parent
-leaves, status timeouts, edit windows, files, reactions, events.
+leaves, status timeouts, edit windows, reactions, events. Files: see ``slack_files.py``.
 """
 
 from __future__ import annotations
@@ -50,16 +50,18 @@ import asyncio
 import base64
 import binascii
 import collections
+import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
 
 from tests.fakes.local_server import serve_locally
+from tests.fakes.slack_agent_surface import SESSION_STATUSES, AgentSurface
 from tests.fakes.slack_blocks import (
     MAX_BLOCKS,
     MAX_VIEW_BLOCKS,
@@ -68,6 +70,8 @@ from tests.fakes.slack_blocks import (
     checked_blocks,
     checked_chunks,
 )
+from tests.fakes.slack_files import SlackFiles
+from tests.fakes.slack_oauth import OAuthApp
 from tests.fakes.slack_socket import SocketMode
 
 __all__ = [
@@ -92,8 +96,6 @@ STREAM_LIFETIME = 300.0
 """Seconds from chat.startStream until Slack stops accepting appends (observed, ~5 min)."""
 EPOCH = 1_700_000_000
 """Where the fake's clock starts: ts values look like ``"1700000000.000100"``."""
-
-_SESSION_STATUSES = frozenset({"active", "processing", "suspended", "closed"})
 
 
 # --- what tests read back ------------------------------------------------------------
@@ -122,6 +124,13 @@ class Message:
     @property
     def is_from_bot(self) -> bool:
         return self.bot_id is not None
+
+    @property
+    def words(self) -> str:
+        """What it shows as text: its ``markdown`` blocks' where it has any (``text`` is
+        then the fallback notifications show, which Slack holds to about 4,000 characters)."""
+        said = [b["text"] for b in self.blocks if b.get("type") == "markdown"]
+        return "".join(said) if said else self.text
 
     @property
     def tasks(self) -> dict[str, Json]:
@@ -278,12 +287,25 @@ class _Channel:
     is_private: bool = False
     is_im: bool = False
     messages: dict[str, Message] = field(default_factory=dict)
+    team: str | None = None
+    """The workspace it belongs to; None: the first one's."""
 
     def ordered(self) -> list[Message]:
         return sorted(self.messages.values(), key=lambda m: _micros(m.ts))
 
     def thread(self, thread_ts: str) -> list[Message]:
         return [m for m in self.ordered() if thread_ts in (m.ts, m.thread_ts)]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A workspace the app is installed in: its bot token, and its bot there."""
+
+    team_id: str
+    token: str
+    bot_user_id: str
+    bot_id: str
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -345,6 +367,8 @@ class FakeSlack:
         self.app_id = app_id
         self.max_text_chars = max_text_chars
         self.user_id = "U0ALICE"
+        self.files = SlackFiles(lambda: self.token, team_id, self.user_id)
+        """The workspace's files (``add_file``) and the downloads asked of them."""
         self.channel_id = "C0GENERAL"
         self.stream_lifetime = STREAM_LIFETIME
         """Seconds a stream accepts appends; set it to 0 to make the next append fail."""
@@ -353,6 +377,10 @@ class FakeSlack:
         self.ephemerals: list[Ephemeral] = []
         self._users: dict[str, _User] = {}
         self._channels: dict[str, _Channel] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        """The workspaces besides the first, by team id (`add_workspace`)."""
+        self._caller: Workspace | None = None
+        """The other workspace whose token makes the call being answered, if one's does."""
         self._stream_started: dict[tuple[str, str], int] = {}
         self._stream_mode: dict[tuple[str, str], str | None] = {}
         self._faults: dict[str, collections.deque[_Fault | None]] = collections.defaultdict(
@@ -390,7 +418,14 @@ class FakeSlack:
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._open_connection,
             "views.publish": self._publish_view,
+            "files.info": self._files_info,
         }
+        self.oauth = OAuthApp(self)
+        """The app's OAuth credentials, and the approvals it was given (`slack_oauth`)."""
+        self._handlers.update(self.oauth.methods())
+        self.agent_surface = AgentSurface(self)
+        """Suggested prompts, thread titles and agent sessions (`slack_agent_surface`)."""
+        self._handlers.update(self.agent_surface.methods())
         self.add_user(bot_user_id, name="bot", is_bot=True)
         self.add_user(self.user_id, name="alice", real_name="Alice Example")
         self.add_channel(self.channel_id, name="general", members=[self.user_id])
@@ -425,21 +460,44 @@ class FakeSlack:
         is_private: bool = False,
         is_im: bool = False,
         bot_is_member: bool = True,
+        team: str | None = None,
     ) -> None:
-        """A conversation; the bot is in it unless told otherwise, and members must be users."""
-        member_ids = set(members) | ({self.bot_user_id} if bot_is_member else set())
+        """A conversation; the bot is in it unless told otherwise, and members must be users.
+
+        ``team`` puts it in another workspace (`add_workspace`): only that workspace's
+        token sees it, as Slack answers ``channel_not_found`` to any other.
+        """
+        bot = self._workspaces[team].bot_user_id if team else self.bot_user_id
+        member_ids = set(members) | ({bot} if bot_is_member else set())
         unknown = member_ids - self._users.keys()
         if unknown:
             raise ValueError(f"add these users first: {sorted(unknown)}")
         self._channels[channel_id] = _Channel(
-            channel_id, name or channel_id.lower(), member_ids, is_private, is_im
+            channel_id, name or channel_id.lower(), member_ids, is_private, is_im, team=team
         )
+
+    def add_workspace(
+        self, team_id: str, *, token: str, bot_user_id: str, bot_id: str, name: str = ""
+    ) -> Workspace:
+        """Another workspace the app can be installed in (OAuth), with a bot of its own."""
+        workspace = Workspace(team_id, token, bot_user_id, bot_id, name or team_id)
+        self._workspaces[team_id] = workspace
+        self.add_user(bot_user_id, name=f"bot-{team_id.lower()}", is_bot=True)
+        return workspace
 
     def join(self, channel_id: str, user_id: str) -> None:
         """Add a known user to a conversation."""
         if user_id not in self._users:
             raise ValueError(f"add the user {user_id} first")
         self._channels[channel_id].members.add(user_id)
+
+    def add_file(self, name: str, content: bytes, **described: Any) -> Json:
+        """Store a file a person shares; the object its ``file_share`` event carries.
+
+        See `SlackFiles.add` (``mimetype``, ``size``, ``mode``, ``file_access``...);
+        ``files.downloads`` records the requests for its bytes.
+        """
+        return self.files.add(name, content, **described)
 
     def post_user_message(
         self, channel: str, text: str, *, user: str | None = None, thread_ts: str | None = None
@@ -593,7 +651,10 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._on_call)
         app.router.add_post("/commands/{hook}", self._on_command_response)
         self.socket_mode.route(app)
+        self.files.route(app)
+        self.oauth.route(app)
         self._runner, self._url = await serve_locally(app)
+        self.files.serving_at(self._url)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -656,9 +717,14 @@ class FakeSlack:
         if handler is None or method in self._disabled:
             raise Refusal("unknown_method")
         # never say which token was wrong: error bodies end up in logs
-        if not token:
+        caller = next((w for w in self._workspaces.values() if w.token == token), None)
+        if method in self.oauth.methods():
+            caller = None  # the app's own credentials, not a bot token (see slack_oauth)
+        elif not token:
             raise Refusal("not_authed")
-        if token != (self.app_token if method == "apps.connections.open" else self.token):
+        elif caller is None and token != (
+            self.app_token if method == "apps.connections.open" else self.token
+        ):
             raise Refusal("invalid_auth")
         waiting = self._faults[method]
         fault = waiting[0] if waiting else None
@@ -673,12 +739,36 @@ class FakeSlack:
             raise Refusal(fault.error, status=fault.status, headers=headers)
         self._expire_due()
         try:
-            return {"ok": True, **handler(params)}, fault
+            with self._acting_as(caller):
+                return {"ok": True, **handler(params)}, fault
         except Refusal as refusal:
             if fault is None:
                 raise
             # refused as the call was made: a kill or a drop set on it still happens
             raise _Refused(refusal, fault) from None
+
+    @contextlib.contextmanager
+    def _acting_as(self, caller: Workspace | None) -> Iterator[None]:
+        """Answer as ``caller``'s workspace: its team, its bot, its channels.
+
+        The handlers are plain functions (no await runs inside one), so the first
+        workspace's identity is swapped for the call and put back before any other.
+        """
+        if caller is None:
+            yield
+            return
+        first = (self.team_id, self.bot_user_id, self.bot_id)
+        self.team_id, self.bot_user_id, self.bot_id = (
+            caller.team_id,
+            caller.bot_user_id,
+            caller.bot_id,
+        )
+        self._caller = caller
+        try:
+            yield
+        finally:
+            self.team_id, self.bot_user_id, self.bot_id = first
+            self._caller = None
 
     # --- identity
 
@@ -746,8 +836,10 @@ class FakeSlack:
         kinds = set((params.text("types") or "public_channel").split(","))
         if not kinds <= {"public_channel", "private_channel", "im", "mpim"}:
             raise Refusal("invalid_types")
+        team = self._caller.team_id if self._caller is not None else None
         listed = sorted(
-            (c for c in self._channels.values() if _kind(c) in kinds), key=lambda c: c.id
+            (c for c in self._channels.values() if _kind(c) in kinds and c.team == team),
+            key=lambda c: c.id,
         )
         limit = min(max(params.number("limit", 100), 1), 1000)
         cursor = params.text("cursor")
@@ -904,6 +996,12 @@ class FakeSlack:
         self.ephemerals.append(ephemeral)
         return {"message_ts": ephemeral.ts}
 
+    def _files_info(self, params: _Params) -> Json:
+        found = self.files.info(params.required("file"))
+        if found is None:
+            raise Refusal("file_not_found")
+        return {"file": found, "comments": [], "response_metadata": {"next_cursor": ""}}
+
     def _publish_view(self, params: _Params) -> Json:
         """A user's Home tab: a ``home`` view of at most 100 blocks, replacing the last."""
         user = params.required("user_id")
@@ -970,7 +1068,7 @@ class FakeSlack:
     def _stop_stream(self, params: _Params) -> Json:
         channel, found = self._open_stream(params)
         blocks = checked_blocks(params.structured("blocks", "invalid_blocks_format")) or ()
-        if params.text("session_status") not in (None, *_SESSION_STATUSES):
+        if params.text("session_status") not in (None, *SESSION_STATUSES):
             raise Refusal("invalid_arguments", messages=["session_status: unknown value"])
         streamed = self._streamed(found, params)
         stopped = dataclasses.replace(
@@ -1034,7 +1132,8 @@ class FakeSlack:
 
     def _channel(self, params: _Params, name: str = "channel") -> _Channel:
         channel = self._channels.get(params.text(name) or "")
-        if channel is None:
+        caller = self._caller.team_id if self._caller is not None else None
+        if channel is None or channel.team != caller:  # another workspace's: not there
             raise Refusal("channel_not_found")
         return channel
 
@@ -1109,6 +1208,13 @@ async def _read(request: web.Request) -> tuple[Json, str | None]:
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and credential:
         return values, credential
+    if scheme.lower() == "basic" and credential:  # an app's client id and secret (OAuth)
+        try:
+            client_id, _, secret = base64.b64decode(credential).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Refusal("invalid_auth") from None
+        values.setdefault("client_id", client_id)
+        values.setdefault("client_secret", secret)
     return values, form_token if isinstance(form_token, str) else None
 
 

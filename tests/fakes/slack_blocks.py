@@ -3,7 +3,8 @@
 Limits as Slack documents them (Block Kit reference): a message holds at most 50
 blocks; section text 3,000 characters, 10 fields; a header 150; 25 elements per
 actions block, 10 per context; a markdown block 12,000; buttons' text 75,
-``action_id`` 255, ``value`` 2,000, ``url`` 3,000.
+``action_id`` 255, ``value`` 2,000, ``url`` 3,000; feedback buttons (in a
+``context_actions`` block only, 5 elements) the same text and value limits.
 """
 
 from __future__ import annotations
@@ -114,10 +115,42 @@ def _confirm_errors(confirm: Any, where: str) -> list[str]:
     return errors
 
 
+_CONTEXT_ACTIONS_ELEMENTS = frozenset({"feedback_buttons", "icon_button"})
+_FEEDBACK_FIELDS = frozenset({"type", "action_id", "positive_button", "negative_button"})
+_FEEDBACK_BUTTON_FIELDS = frozenset({"text", "value", "accessibility_label"})
+
+
+def _unknown_fields(item: Json, known: frozenset[str], where: str) -> list[str]:
+    # Slack refuses a field its schema does not name (its exact wording was not checked)
+    return [
+        f"unsupported field [json-pointer:{where}/{name}]" for name in sorted(set(item) - known)
+    ]
+
+
+def _feedback_errors(element: Json, where: str) -> list[str]:
+    """A ``feedback_buttons`` element (docs.slack.dev/reference/block-kit/block-elements/
+    feedback-buttons-element): both buttons required, each a plain_text text of at most
+    75, a value of at most 2,000 and an optional accessibility_label of at most 75."""
+    errors = _unknown_fields(element, _FEEDBACK_FIELDS, where)
+    for side in ("positive_button", "negative_button"):
+        button, at = element.get(side), f"{where}/{side}"
+        if not isinstance(button, dict):
+            errors.append(f"must provide an object [json-pointer:{at}]")
+            continue
+        errors += _unknown_fields(button, _FEEDBACK_BUTTON_FIELDS, at)
+        errors += _text_object_errors(button.get("text"), f"{at}/text", 75, plain_only=True)
+        if not isinstance(button.get("value"), str) or not button["value"]:
+            errors.append(f"must be more than 0 characters [json-pointer:{at}/value]")
+        errors += _length_errors(button, at, {"value": 2000, "accessibility_label": 75})
+    return errors
+
+
 def _element_errors(element: Any, where: str) -> list[str]:
     if not isinstance(element, dict) or not isinstance(element.get("type"), str):
         return [f"must be an element object [json-pointer:{where}]"]
     errors = _length_errors(element, where, {"action_id": 255})
+    if element["type"] == "feedback_buttons":
+        return errors + _feedback_errors(element, where)
     if element["type"] != "button":
         return errors
     errors += _text_object_errors(element.get("text"), f"{where}/text", 75, plain_only=True)
@@ -149,6 +182,10 @@ def _elements_errors(block: Json, where: str, most: int) -> list[str]:
             and element.get("type") != "image"
         ):
             errors += _text_object_errors(element, at, 3000)
+            continue
+        kind = element.get("type") if isinstance(element, dict) else None
+        if (block["type"] == "context_actions") != (kind in _CONTEXT_ACTIONS_ELEMENTS):
+            errors.append(f"unsupported type [json-pointer:{at}/type]")  # only there, only those
             continue
         errors += _element_errors(element, at)
         action_id = element.get("action_id") if isinstance(element, dict) else None

@@ -52,7 +52,9 @@ def opening_commit(record: TurnRecord, index: int) -> tuple[TurnRecord, Commit]:
     if given.trigger == "proactive":
         message = TriggerMessage(turn_id=record.turn_id, text=given.text, by=given.by or "unknown")
     else:
-        message = UserMessage(turn_id=record.turn_id, text=given.text, user=given.user)
+        message = UserMessage(
+            turn_id=record.turn_id, text=given.text, user=given.user, files=given.files
+        )
     # the shape of the loop it opens under: it keeps it through every replay (see patches)
     shaped = dataclasses.replace(record, patches=PATCHES)
     opened = moved(shaped, "running", opening_index=index, runs=1)  # its first run begins

@@ -70,6 +70,7 @@ async def tool_step(run: RunContext, at: int, call: ToolCall, placement: Placeme
         call_id=call.id,
         idempotency_key=idempotency_key(run.turn_id, call.id),
         reporter=progress,
+        event=run.record.input.event,
     )
     # a denied tool is no tool at all here, whatever the model was talked into
     tool = run.tool_for(call.name)

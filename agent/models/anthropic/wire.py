@@ -27,6 +27,12 @@ from agent.core.messages import (
     UserMessage,
 )
 from agent.core.model import ToolSpec
+from agent.models.anthropic.files import (
+    file_block,
+    file_size,
+    left_out_note,
+    messages_with_files_sent,
+)
 
 __all__ = [
     "ThinkingBinder",
@@ -58,8 +64,9 @@ def api_messages(messages: Sequence[Message]) -> list[Json]:
     because they come first in the transcript.
     """
     out: list[Json] = []
-    for message in messages:
-        role, blocks = _role_and_blocks(message)
+    with_files = messages_with_files_sent(messages)
+    for index, message in enumerate(messages):
+        role, blocks = _role_and_blocks(message, files_sent=index in with_files)
         if not blocks:
             continue  # an empty reply: the API refuses empty messages
         if out and out[-1]["role"] == role:
@@ -69,12 +76,17 @@ def api_messages(messages: Sequence[Message]) -> list[Json]:
     return out
 
 
-def _role_and_blocks(message: Message) -> tuple[str, list[Json]]:
+def _role_and_blocks(message: Message, *, files_sent: bool = True) -> tuple[str, list[Json]]:
     if isinstance(message, (UserMessage, TriggerMessage)):
         # a trigger reads to the model as a user message; the transcript keeps who sent it
-        return "user", [
-            {"type": "text", "text": message.text if message.text.strip() else EMPTY_TEXT}
-        ]
+        files = message.files if isinstance(message, UserMessage) else ()
+        # files before the text, as the vision guide advises
+        blocks = [file_block(f) if files_sent else left_out_note(f) for f in files]
+        if message.text.strip() or not blocks:
+            blocks.append(
+                {"type": "text", "text": message.text if message.text.strip() else EMPTY_TEXT}
+            )
+        return "user", blocks
     if isinstance(message, ToolMessage):
         return "user", [_tool_result(message)]
     return "assistant", [api_block(block) for block in message.content if _is_sendable(block)]
@@ -282,6 +294,9 @@ def turn_began_without_thinking(messages: Sequence[Message]) -> bool:
 
 def message_size(message: Message) -> int:
     """A message's size in characters as it is sent: the cheap estimate of its tokens."""
+    if isinstance(message, UserMessage) and message.files:
+        text = dataclasses.replace(message, files=())
+        return message_size(text) + sum(file_size(f) for f in message.files)
     _, blocks = _role_and_blocks(message)
     return sum(len(json.dumps(block, ensure_ascii=False)) for block in blocks)
 

@@ -16,12 +16,14 @@ from agent.core.messages import MESSAGES_ADAPTER
 from agent.core.records import Archive, LogBounds, SessionKey, StoredSession
 from agent.core.transcript import Transcript
 from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
+from agent.stores._rules import FEEDBACK_COLUMNS
 from agent.stores.postgres._schema import Conn, SessionIds
 
 __all__ = [
     "cancelled_suspensions",
     "deliveries",
     "event_bounds",
+    "feedback_since",
     "has_session",
     "inbox_sessions",
     "is_archived",
@@ -170,6 +172,14 @@ def pending_resets(conn: Conn) -> list[SessionKey]:
 def place_policies(conn: Conn, source: str) -> list[tuple[Any, ...]]:
     return conn.execute(
         "SELECT place, policy FROM place_policies WHERE source = %s", (source,)
+    ).fetchall()
+
+
+def feedback_since(conn: Conn, since: float, agent: str | None) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        f"SELECT {FEEDBACK_COLUMNS} FROM feedback"
+        " WHERE at >= %s AND (%s::text IS NULL OR agent = %s) ORDER BY at DESC",
+        (since, agent, agent),
     ).fetchall()
 
 

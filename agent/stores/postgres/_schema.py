@@ -154,6 +154,21 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX archived_turns_by_id ON archived_turns (session, turn_id);
     """,
+    # what people said of a turn's reply: one row per person and turn, keyed by name as
+    # leases are, so feedback makes no session; read back by when it was given
+    """
+    CREATE TABLE feedback (
+        agent text NOT NULL,
+        session_id text NOT NULL,
+        turn_id text NOT NULL,
+        given_by text NOT NULL,
+        rating text NOT NULL,
+        comment text,
+        at double precision NOT NULL,
+        PRIMARY KEY (agent, session_id, turn_id, given_by)
+    );
+    CREATE INDEX feedback_at ON feedback (at);
+    """,
 )
 
 BREAKING: Final[frozenset[int]] = frozenset()
@@ -176,6 +191,7 @@ TABLES: Final = frozenset(
         "place_policies",
         "events",
         "inbox",
+        "feedback",
     }
 )
 """Our tables, as `PostgresStore.dump_table` may read them."""

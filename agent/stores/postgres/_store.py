@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar
 
 from agent._json import JsonValue, dumps, loads
+from agent.core.feedback import Feedback
 from agent.core.records import (
     Archive,
     Commit,
@@ -181,6 +182,12 @@ class PostgresStore:
     async def place_policies(self, source: str) -> dict[str, JsonValue]:
         rows = await self._run(_reads.place_policies, source)
         return {place: loads(policy) for place, policy in rows}
+
+    async def save_feedback(self, feedback: Feedback) -> None:
+        await self._run(_writes.save_feedback, feedback)
+
+    async def feedback_since(self, since: float, *, agent: str | None = None) -> list[Feedback]:
+        return _rules.feedback_of(await self._run(_reads.feedback_since, since, agent))
 
     async def has_session(self, key: SessionKey) -> bool:
         return await self._run(_reads.has_session, self._ids, key)

@@ -1,6 +1,6 @@
 """The writes beside a commit on PostgreSQL, each in a transaction of its own.
 
-Leases, delivery states, the event log and place policies. A lease is read and
+Leases, delivery states, the event log, place policies and feedback. A lease is read and
 written with its row locked, so two replicas taking one session see one
 holder; the rules are `agent.stores._rules`, as on every store.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agent._json import JsonValue, dumps
+from agent.core.feedback import Feedback
 from agent.core.records import LeaseTaken, SessionKey
 from agent.stores import _rules
 from agent.stores.postgres._commits import lock_lease
@@ -25,6 +26,7 @@ __all__ = [
     "post_inbox",
     "prune_events",
     "save_delivery",
+    "save_feedback",
     "save_place_policy",
     "take_lease",
 ]
@@ -143,6 +145,26 @@ def save_place_policy(conn: Conn, source: str, place: str, policy: JsonValue | N
                 " ON CONFLICT (source, place) DO UPDATE SET policy = excluded.policy",
                 (source, place, dumps(policy)),
             )
+
+
+def save_feedback(conn: Conn, feedback: Feedback) -> None:
+    key = feedback.key
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO feedback (agent, session_id, turn_id, given_by, rating, comment, at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (agent, session_id, turn_id, given_by) DO UPDATE"
+            " SET rating = excluded.rating, comment = excluded.comment, at = excluded.at",
+            (
+                key.agent,
+                key.session_id,
+                feedback.turn_id,
+                feedback.by,
+                feedback.rating,
+                feedback.comment,
+                feedback.at,
+            ),
+        )
 
 
 def prune_events(conn: Conn, before: float) -> int:

@@ -16,6 +16,7 @@ from agent.core.messages import MESSAGES_ADAPTER
 from agent.core.records import Archive, LogBounds, SessionKey, StoredSession
 from agent.core.transcript import Transcript
 from agent.core.turns import TURN_RECORD_ADAPTER, TurnRecord
+from agent.stores._rules import FEEDBACK_COLUMNS
 from agent.stores.sqlite._schema import (
     SessionIds,
     address,
@@ -29,6 +30,7 @@ __all__ = [
     "cancelled_suspensions",
     "deliveries",
     "event_bounds",
+    "feedback_since",
     "has_session",
     "inbox_sessions",
     "is_archived",
@@ -170,6 +172,17 @@ def pending_resets(conn: sqlite3.Connection) -> list[SessionKey]:
 def place_policies(conn: sqlite3.Connection, source: str) -> list[tuple[str, str]]:
     return conn.execute(
         "SELECT place, policy FROM place_policies WHERE source = ?", (source,)
+    ).fetchall()
+
+
+def feedback_since(
+    conn: sqlite3.Connection, since: float, agent: str | None
+) -> list[tuple[Any, ...]]:
+    # by the feedback_at index; an agent is one of few, filtered as read
+    return conn.execute(
+        f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE at >= ? AND (? IS NULL OR agent = ?)"
+        " ORDER BY at DESC",
+        (since, agent, agent),
     ).fetchall()
 
 

@@ -186,6 +186,21 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX archived_turns_by_id ON archived_turns (session, turn_id);
     """,
+    # what people said of a turn's reply: one row per person and turn, keyed by name as
+    # leases are, so feedback makes no session; read back by when it was given
+    """
+    CREATE TABLE feedback (
+        agent TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        given_by TEXT NOT NULL,
+        rating TEXT NOT NULL,
+        comment TEXT,
+        at REAL NOT NULL,
+        PRIMARY KEY (agent, session_id, turn_id, given_by)
+    ) WITHOUT ROWID;
+    CREATE INDEX feedback_at ON feedback (at);
+    """,
 )
 
 TABLES: Final = frozenset(
@@ -201,6 +216,7 @@ TABLES: Final = frozenset(
         "leases",
         "events",
         "inbox",
+        "feedback",
     }
 )
 """Our tables, as `SQLiteStore.dump_table` may read them."""

@@ -1,6 +1,6 @@
 """The writes beside a commit, each in a transaction of its own.
 
-Leases, delivery states, the event log and place policies. Like a commit's,
+Leases, delivery states, the event log, place policies and feedback. Like a commit's,
 each function runs on the connection thread, inside `transaction`; the lease
 rules are `agent.stores._rules`.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from agent._json import JsonValue, dumps
+from agent.core.feedback import Feedback
 from agent.core.records import LeaseTaken, SessionKey
 from agent.errors import StoreError
 from agent.stores import _rules
@@ -25,6 +26,7 @@ __all__ = [
     "post_inbox",
     "prune_events",
     "save_delivery",
+    "save_feedback",
     "save_place_policy",
     "take_lease",
 ]
@@ -127,6 +129,26 @@ def save_place_policy(
                 " ON CONFLICT (source, place) DO UPDATE SET policy = excluded.policy",
                 (source, place, dumps(policy)),
             )
+
+
+def save_feedback(conn: sqlite3.Connection, ids: SessionIds, feedback: Feedback) -> None:
+    key = feedback.key
+    with transaction(conn, ids):
+        conn.execute(
+            "INSERT INTO feedback (agent, session_id, turn_id, given_by, rating, comment, at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (agent, session_id, turn_id, given_by) DO UPDATE"
+            " SET rating = excluded.rating, comment = excluded.comment, at = excluded.at",
+            (
+                key.agent,
+                key.session_id,
+                feedback.turn_id,
+                feedback.by,
+                feedback.rating,
+                feedback.comment,
+                feedback.at,
+            ),
+        )
 
 
 def prune_events(conn: sqlite3.Connection, ids: SessionIds, before: float) -> int:

@@ -35,7 +35,11 @@ from bot.slack.channel.follow_ups import steered
 from bot.slack.channel.recovery import Recovery, check_target
 from bot.slack.channel.render import ReplyRenderer
 from bot.slack.channel.watching import REPLY_RETRIES, Watching
+from bot.slack.edits import Deleted, Edited, read_change
+from bot.slack.files import read_files
 from bot.slack.inbound import Ignored, Inbound, read_event
+from bot.slack.workspaces import NotInstalled, OneWorkspace, Workspaces
+from bot.surface_config import AgentSurface
 from bot.texts import WAITING_FOR_APPROVAL, waiting_for_approval
 
 if TYPE_CHECKING:
@@ -64,6 +68,9 @@ class SlackChannel:
         policies: The policies turns start under, by channel.
         reply_retries: Seconds before each new try at a reply Slack could not take
             for a passing reason (see `bot.slack.channel.watching`).
+        surface: The words of the agent surface (greeting, prompts, loading lines).
+        workspaces: The bot in each workspace it is installed in (OAuth); unset, the one
+            of ``client`` and ``bot_user_id``.
     """
 
     def __init__(
@@ -78,6 +85,8 @@ class SlackChannel:
         flush_every: float = 1.0,
         policies: PolicyBook | None = None,
         reply_retries: Sequence[float] = REPLY_RETRIES,
+        surface: AgentSurface | None = None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         self.runtime = runtime
         self.policies = policies
@@ -85,10 +94,21 @@ class SlackChannel:
         self.agent = agent
         self.client = client
         self.bot_user_id = bot_user_id
+        self.workspaces = workspaces or OneWorkspace(client, team="", bot_user_id=bot_user_id)
+        """The bot in each workspace: its client, and its user id there."""
         self.replace_in_flight = replace_in_flight
         self.follow_ups = follow_ups or FollowUps()
         deliveries = Deliveries(runtime, agent)
-        self._renderer = ReplyRenderer(runtime, agent, client, deliveries, flush_every=flush_every)
+        self.surface = surface or AgentSurface()
+        """The greeting, suggested prompts and loading lines (BOT_CONFIG's, or the defaults)."""
+        self._renderer = ReplyRenderer(
+            runtime,
+            agent,
+            self.workspaces,
+            deliveries,
+            flush_every=flush_every,
+            loading_messages=self.surface.loading_messages,
+        )
         self._watching = Watching(self._renderer, retries=reply_retries)
         self._decisions = Decisions(runtime, agent, self._renderer, deliveries, self._watching)
         self._recovery = Recovery(runtime, agent, self._renderer, deliveries, self._watching)
@@ -133,7 +153,14 @@ class SlackChannel:
         admitted first (a few milliseconds), and only its reply runs in a task
         of ours.
         """
-        found = read_event(body, bot_user_id=self.bot_user_id)
+        try:
+            me = await self.workspaces.get(_team_of(body))
+        except NotInstalled as exc:  # uninstalled since Slack sent it: nobody to answer as
+            logger.info("event %s ignored: %s", body.get("event_id"), exc)
+            return
+        found: Inbound | Ignored = read_event(body, bot_user_id=me.bot_user_id)
+        if isinstance(found, Ignored) and _is_change(body):
+            found = await self._changed(read_change(body, bot_user_id=me.bot_user_id))
         if isinstance(found, Ignored):
             logger.debug("event %s ignored: %s", body.get("event_id"), found.reason)
             return
@@ -143,6 +170,26 @@ class SlackChannel:
                 self._watching.reply(thread, found.turn_id, since=0),
                 name=f"reply {found.turn_id}",
             )
+
+    async def _changed(self, change: Edited | Deleted | Ignored) -> Inbound | Ignored:
+        """The turn an edit asks for, if any; a deletion cancels its message's turn here."""
+        if isinstance(change, Ignored):
+            return change
+        if isinstance(change, Edited) and change.newly_mentioned:
+            return change.inbound  # asked for the first time: the message's own turn
+        session_id = change.inbound.session_id if isinstance(change, Edited) else change.session_id
+        turn_id = change.original_turn if isinstance(change, Edited) else change.turn_id
+        key = SessionKey(self.agent, session_id)
+        if not await self.runtime.store.has_session(key):
+            return Ignored("a changed message of a thread the bot takes no part in")
+        session = self.runtime.session(self.agent, session_id)
+        turn = next((t for t in await session.turns() if t.turn_id == turn_id), None)
+        if turn is None or not turn.is_unfinished:
+            return Ignored("a changed message whose turn is over, or never was")
+        if isinstance(change, Edited):
+            return change.inbound  # supersedes the turn it changes, as a follow-up would
+        await session.cancel(turn_id, reason="deleted")  # the reply says the question went
+        return Ignored("a deleted question: its turn was cancelled")
 
     async def _admit(self, inbound: Inbound) -> Thread | None:
         """Admit the inbound turn; the thread to show its reply in, or None if not here."""
@@ -177,6 +224,10 @@ class SlackChannel:
         )
         # the channel is the signed event's: no message can choose its own policy
         opening = dataclasses.replace(inbound.input, policy=await self.policy_for(inbound.channel))
+        if inbound.files:  # read before admission, within seconds (see bot.slack.files)
+            client = await self._renderer.client_for(inbound.session_id)
+            files = await read_files(client, inbound.files)
+            opening = dataclasses.replace(opening, files=files)
         # kept before anything is shown
         intended = await self._renderer.intend(thread, inbound.turn_id)
         try:
@@ -306,6 +357,20 @@ class SlackChannel:
             ValueError: ``target`` names no channel.
         """
         return check_target(target)
+
+
+def _team_of(body: dict[str, Any]) -> str | None:
+    """The workspace an event is for: the envelope's (the installing one's)."""
+    team = body.get("team_id")
+    return team if isinstance(team, str) and team else None
+
+
+def _is_change(body: dict[str, Any]) -> bool:
+    event = body.get("event")
+    return isinstance(event, dict) and event.get("subtype") in (
+        "message_changed",
+        "message_deleted",
+    )
 
 
 @dataclass(slots=True)

@@ -144,7 +144,7 @@ class Decisions:
         logger.info("turn %s: request %s withdrawn by %s", decision.turn_id, request.id, by)
         if shown is not None:
             blocks = withdrawn_blocks(request.prompt, by=by)
-            await self._replace_buttons(thread.channel, shown, withdrawn(by), blocks)
+            await self._replace_buttons(thread, shown, withdrawn(by), blocks)
         await self._renderer.end_waiting(thread, decision.turn_id, withdrawn_by(by))
 
     async def settled_elsewhere(self, session_id: str, turn_id: str) -> None:
@@ -163,7 +163,7 @@ class Decisions:
                 session = self._runtime.session(self._agent, thread.session_id)
                 answer = await session.answer_of(turn_id, state.asked)
                 if answer is not None:
-                    await self._show_settled(thread.channel, state.shown, answer)
+                    await self._show_settled(thread, state.shown, answer)
         finally:
             await self._watching.reply(thread, turn_id)
 
@@ -217,7 +217,7 @@ class Decisions:
     ) -> None:
         prompt, since, value = resumed
         if shown is not None:
-            await self._show_decided(thread.channel, shown, prompt, by, value)
+            await self._show_decided(thread, shown, prompt, by, value)
         await self._show_expired_beside(thread, decision.turn_id, decision.input_id)
         await self._watching.reply(thread, decision.turn_id, since=since, reader=by)
 
@@ -239,9 +239,10 @@ class Decisions:
                 continue  # open still, or decided by its own click (which showed it)
             request = answer.request
             card = tag(ASK_EVENT, turn=turn_id, request=request.id, call=request.call_id)
-            shown = await look_for(self._renderer.client, thread.channel, thread.thread_ts, card)
+            client = await self._renderer.client_for(thread.session_id)
+            shown = await look_for(client, thread.channel, thread.thread_ts, card)
             if shown is not None:
-                await self._show_settled(thread.channel, shown, answer)
+                await self._show_settled(thread, shown, answer)
 
     async def _resume(
         self, decision: Decision, value: JsonValue, thread: Thread, by: str, *, privately: bool
@@ -300,28 +301,28 @@ class Decisions:
                 name=f"reply {decision.turn_id}",
             )
 
-    async def _show_settled(self, channel: str, shown: str, answer: StoredAnswer) -> None:
+    async def _show_settled(self, thread: Thread, shown: str, answer: StoredAnswer) -> None:
         """Replace a request's buttons with how it was settled, as its stored answer says."""
         prompt = answer.request.prompt
         if answer.expired:
-            await self._replace_buttons(channel, shown, EXPIRED_REQUEST, expired_blocks(prompt))
+            await self._replace_buttons(thread, shown, EXPIRED_REQUEST, expired_blocks(prompt))
         elif answer.by is not None:
-            await self._show_decided(channel, shown, prompt, answer.by, answer.value)
+            await self._show_decided(thread, shown, prompt, answer.by, answer.value)
 
     async def _show_decided(
-        self, channel: str, shown: str, prompt: str, by: str, value: JsonValue
+        self, thread: Thread, shown: str, prompt: str, by: str, value: JsonValue
     ) -> None:
         verdict = shown_answer(value)
         blocks = decided_blocks(prompt, by=by, verdict=verdict)
-        await self._replace_buttons(channel, shown, f"{verdict} by <@{by}>", blocks)
+        await self._replace_buttons(thread, shown, f"{verdict} by <@{by}>", blocks)
 
     async def _replace_buttons(
-        self, channel: str, shown: str, text: str, blocks: list[Any]
+        self, thread: Thread, shown: str, text: str, blocks: list[Any]
     ) -> None:
         """Update a request's message so it no longer offers its buttons (best effort)."""
         try:
-            await self._renderer.client.chat_update(
-                channel=channel, ts=shown, text=text, blocks=blocks
+            await (await self._renderer.client_for(thread.session_id)).chat_update(
+                channel=thread.channel, ts=shown, text=text, blocks=blocks
             )
         except SlackApiError as exc:
             logger.error("could not show how request %s was settled: %s", shown, slack_error(exc))

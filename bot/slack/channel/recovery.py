@@ -146,7 +146,7 @@ class Recovery:
         earlier = (state.reply, *(state.more or ())) if state.reply is not None else ()
         mark = tag(REPLY_EVENT, turn=turn_id, since=state.since or 0, part=len(earlier))
         held = messages_of_others(kept, session_id, turn_id)
-        client = self._renderer.client
+        client = await self._renderer.client_for(thread.session_id)
         try:
             found = await look_for(
                 client, thread.channel, thread.thread_ts, mark, True, skip=held | set(earlier)

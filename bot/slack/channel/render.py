@@ -12,38 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent import (
-    ActionCompleted,
-    ActionProgress,
-    ActionRequested,
     AgentRuntime,
     InputRequest,
-    InputRequested,
     JsonValue,
-    MessageCompleted,
-    MessageDelta,
     SessionKey,
-    TurnEvent,
     TurnRecord,
-    TurnSteered,
     UnknownTurnError,
-    is_terminal,
 )
 from bot.slack.blocks import approval_blocks
-from bot.slack.channel.children import show_child_step
 from bot.slack.channel.delivery import Deliveries, DeliveryState, Thread, team_of, thread_of
-from bot.slack.channel.endings import RETRYABLE_ENDINGS, closing_line
-from bot.slack.channel.neighbours import Neighbours, ThreadsShowing
-from bot.slack.channel.retrying import RetryOffer
-from bot.slack.channel.stopping import StopMessage
+from bot.slack.channel.neighbours import ThreadsShowing
+from bot.slack.channel.shown import ShownReply
 from bot.slack.once import ASK_EVENT, REPLY_EVENT, look_for, post_once, tag
-from bot.slack.reply import ThreadReply
-from bot.texts import FOLLOW_UP_TAKEN, RETRYING
+from bot.slack.workspaces import NotInstalled, Workspaces
 
 __all__ = ["MAX_FALLBACK_CHARS", "ReplyRenderer", "slack_error"]
 
@@ -59,25 +47,29 @@ class ReplyRenderer:
     Args:
         runtime: Runs the turns (their streams and transcripts are read from it).
         agent: The agent whose turns these are.
-        client: Slack's Web API, with the bot token.
+        workspaces: Slack's Web API in each workspace, with the bot's token there.
         deliveries: Where what each thread shows is kept.
         flush_every: Seconds between appends to a streamed reply.
+        loading_messages: What the status line rotates through while a turn thinks.
     """
 
     def __init__(
         self,
         runtime: AgentRuntime,
         agent: str,
-        client: AsyncWebClient,
+        workspaces: Workspaces,
         deliveries: Deliveries,
         *,
         flush_every: float,
+        loading_messages: Sequence[str] = (),
     ) -> None:
         self.runtime = runtime
         self.agent = agent
-        self.client = client
+        self.workspaces = workspaces
         self.deliveries = deliveries
         self.flush_every = flush_every
+        self.loading_messages = loading_messages
+        """What the thread's status rotates through while a turn thinks."""
         self._threads = ThreadsShowing(deliveries)
         self._stoppers: dict[str, str] = {}
         """Who ended a turn from Slack (Stop, Withdraw), by turn id, until its end is shown."""
@@ -122,12 +114,13 @@ class ReplyRenderer:
         if since is None or taking_up:
             kept = await self.deliveries.load(thread.session_id, turn_id)
         # The reply is written again from its first message: the ones after it go.
-        await self.delete(thread.channel, kept.more or ())
         session = self.runtime.session(self.agent, thread.session_id)
         record = next((t for t in await session.turns() if t.turn_id == turn_id), None)
         start = since if since is not None else (kept.since or 0)
         neighbours = self._threads.join(thread, turn_id)
-        shown = _ShownReply(self, thread, turn_id, start, record, reader, neighbours)
+        client = await self.client_for(thread.session_id)
+        await self.delete(thread, kept.more or ())
+        shown = ShownReply(self, client, thread, turn_id, start, record, reader, neighbours)
         try:
             if kept.reply is not None or taking_up:  # a Stop button a stopped process put up
                 await shown.stop.recover()
@@ -155,10 +148,11 @@ class ReplyRenderer:
         call = asked.get("call_id") if isinstance(asked, dict) else None
         card = tag(ASK_EVENT, turn=turn_id, request=request.id, call=str(call or ""))
         # shown before a crash, or a replay: the card is up already
-        shown = await look_for(self.client, thread.channel, thread.thread_ts, card)
+        client = await self.client_for(thread.session_id)
+        shown = await look_for(client, thread.channel, thread.thread_ts, card)
         if shown is None:
             shown = await post_once(
-                self.client, thread.channel, thread.thread_ts, card, text=summary, blocks=blocks
+                client, thread.channel, thread.thread_ts, card, text=summary, blocks=blocks
             )
         # the answer's continuation starts after everything the turn said so far
         since = len(await self.runtime.session(self.agent, thread.session_id).transcript())
@@ -182,8 +176,9 @@ class ReplyRenderer:
         """
         kept = await self.deliveries.load(thread.session_id, turn_id)
         mark = tag(REPLY_EVENT, turn=turn_id, since=kept.since or 0, part=0)
-        if await look_for(self.client, thread.channel, thread.thread_ts, mark) is None:
-            await post_once(self.client, thread.channel, thread.thread_ts, mark, markdown_text=note)
+        client = await self.client_for(thread.session_id)
+        if await look_for(client, thread.channel, thread.thread_ts, mark) is None:
+            await post_once(client, thread.channel, thread.thread_ts, mark, markdown_text=note)
         # as at the end of any reply: a turn nobody typed keeps that it was shown
         done = DeliveryState(done=True) if thread_of(thread.session_id) is None else None
         await self.deliveries.keep(thread.session_id, turn_id, done)
@@ -200,198 +195,38 @@ class ReplyRenderer:
         owed = DeliveryState(since=0).to_json()
         return await self.runtime.store.claim_delivery(key, turn_id, owed)
 
-    async def delete(self, channel: str, messages: tuple[str, ...]) -> None:
-        """Delete the bot's own messages (best effort)."""
+    async def client_for(self, session_id: str) -> AsyncWebClient:
+        """Slack's Web API in the workspace of ``session_id``, as the bot there.
+
+        Raises:
+            NotInstalled: The app is not installed in that workspace (any more).
+        """
+        return (await self.workspaces.get(team_of(session_id))).client
+
+    async def delete(self, thread: Thread, messages: tuple[str, ...]) -> None:
+        """Delete the bot's own messages in ``thread``'s conversation (best effort)."""
+        if not messages:
+            return
+        client = await self.client_for(thread.session_id)
         for ts in messages:
             try:
-                await self.client.chat_delete(channel=channel, ts=ts)
+                await client.chat_delete(channel=thread.channel, ts=ts)
             except SlackApiError as exc:
                 logger.warning("could not delete reply %s: %s", ts, slack_error(exc))
 
     async def tell(self, user: str, thread: Thread, text: str) -> None:
         """Say ``text`` to ``user`` alone, in the thread (best effort)."""
         try:
-            await self.client.chat_postEphemeral(
+            client = await self.client_for(thread.session_id)
+            await client.chat_postEphemeral(
                 channel=thread.channel, user=user, thread_ts=thread.thread_ts, text=text
             )
-        except SlackApiError as exc:
-            logger.error("could not tell %s privately: %s", user, slack_error(exc))
+        except (SlackApiError, NotInstalled) as exc:
+            logger.error("could not tell %s privately: %s", user, _reason(exc))
 
 
-class _ShownReply:
-    """One reply being shown: what the stream's handlers share while they write it."""
-
-    def __init__(
-        self,
-        renderer: ReplyRenderer,
-        thread: Thread,
-        turn_id: str,
-        since: int,
-        record: TurnRecord | None,
-        reader: str | None,
-        neighbours: Neighbours,
-    ) -> None:
-        self._renderer = renderer
-        self._thread = thread
-        self._turn_id = turn_id
-        self._since = since
-        self._proactive = record is not None and record.input.trigger == "proactive"
-        self._opened: list[str] = []
-        """The reply's messages, in order: one, unless it outgrew what a message holds."""
-        speaker = record.input.event if record is not None else None
-        after = str(speaker.data.get("ts")) if speaker and since == 0 else None
-        # a turn nobody typed has nobody to stop it from its thread
-        where = thread if not self._proactive else Thread(thread.channel, None, thread.session_id)
-        self.stop = StopMessage(renderer.client, where, turn_id, after=after)
-        """The message with the turn's Stop button, while it is at work."""
-        self.retry = RetryOffer(renderer.client, thread, turn_id)
-        """The message with its Retry button, once it failed or was interrupted."""
-        self._reply = ThreadReply(
-            renderer.client,
-            channel=thread.channel,
-            thread_ts=thread.thread_ts,
-            recipient_user=speaker.user if speaker else reader,
-            team=str(speaker.data.get("team")) if speaker else team_of(thread.session_id),
-            on_open=self._keep_reply,
-            on_opening=self._keep_opening,
-            key={"turn": turn_id, "since": since},
-            after=after,
-            taken=neighbours.taken,
-            opening=neighbours.lock,
-            flush_every=renderer.flush_every,
-        )
-        neighbours.hold(lambda: (*self._opened, self._reply.ts))
-        self._said: dict[int, str] = {}
-        """What the turn's steps committed for this reply, by transcript index."""
-        self._attempt = 1
-        """The model's attempt at the current step; a higher one means it was asked again."""
-        self._step_ended = False
-        """A step ended since the last words: the next words start a paragraph of their own."""
-        self._step_streamed = False
-        """The current step's words came as deltas, so its completed message adds nothing."""
-        # Its turn.started may have gone by before this reply watched: then the first
-        # event, whatever it is, shows that the turn is at work.
-        self._thinking_due = record is not None and record.is_unfinished
-        self._at_work = self._thinking_due
-        """The turn runs (or is about to): its reply shows a Stop button once it streams."""
-
-    async def adopt(self, ts: str) -> None:
-        """Carry on in the message a stopped process left half written."""
-        self._opened.append(ts)
-        self._thinking_due = False
-        await self._reply.adopt(ts)
-
-    async def recover(self) -> None:
-        """Adopt the reply's message a stopped process opened but never kept, if there is one."""
-        ts = await self._reply.recover()
-        if ts is not None:
-            self._thinking_due = False
-            await self._keep_reply(ts)
-
-    async def on(self, event: TurnEvent) -> None:
-        """Show one event of the turn's stream."""
-        if event.via is not None:
-            await show_child_step(self._reply, event)  # a step of a sub-agent's turn
-            return
-        if event.type == "turn.started" or self._thinking_due:
-            self._thinking_due = False
-            await self._reply.thinking()
-        if event.type == "turn.started":
-            self._at_work = True
-        if isinstance(event, MessageDelta):
-            await self._on_delta(event)
-        elif isinstance(event, MessageCompleted):
-            await self._on_message(event)
-        elif isinstance(event, ActionRequested):
-            await self._reply.task(event.call_id, event.name, "in_progress", note=event.note)
-        elif isinstance(event, ActionProgress):
-            await self._reply.progress(event.call_id, event.text)
-        elif isinstance(event, TurnSteered):
-            await self._reply.task(
-                f"steer-{event.steer_id}", FOLLOW_UP_TAKEN, "complete", note=event.text
-            )
-            self._step_ended = True
-        elif isinstance(event, ActionCompleted):
-            await self._reply.task(
-                event.call_id, event.name, "error" if event.error else "complete"
-            )
-            self._step_ended = True
-        elif isinstance(event, InputRequested):
-            await self._on_request(event)
-        elif is_terminal(event):
-            await self._on_end(event)
-
-    async def _on_delta(self, event: MessageDelta) -> None:
-        if event.attempt > self._attempt:  # the model's reply broke off and is asked again
-            self._attempt = event.attempt
-            await self._reply.add_text(f"\n\n{RETRYING}\n\n")
-        if self._step_ended and self._reply.has_text:
-            await self._reply.add_text("\n\n")
-        self._step_ended, self._step_streamed = False, True
-        await self._reply.add_text(event.text)
-
-    async def _on_message(self, event: MessageCompleted) -> None:
-        if event.index < self._since:
-            return  # said before this reply starts (before the request it continues)
-        self._said[event.index] = event.text
-        if not self._step_streamed:  # a replayed step: its words come whole
-            await self._reply.add_text(f"\n\n{event.text}" if self._reply.has_text else event.text)
-        self._step_ended, self._step_streamed = True, False
-
-    async def _on_request(self, event: InputRequested) -> None:
-        asked = [event.request, *event.others]  # calls of one batch may each ask
-        for request in asked:
-            call_id = request.get("call_id")
-            if isinstance(call_id, str):
-                await self._reply.waiting(call_id)
-        self._at_work = False
-        await self.stop.remove()  # nothing runs while it waits: Withdraw is on the card
-        await self._reply.finish(whole=self._in_order())
-        here = Thread(self._thread.channel, self._reply.thread_ts, self._thread.session_id)
-        for request in asked:
-            await self._renderer.ask(here, self._turn_id, request, proactive=self._proactive)
-
-    async def _on_end(self, event: TurnEvent) -> None:
-        by = self._renderer.stopper(self._turn_id) if event.type == "turn.cancelled" else None
-        # gone before the reply's last words land (which may open it): it stands alone
-        self._at_work = False
-        await self.stop.remove()
-        await self._reply.finish(whole=self._in_order(), note=closing_line(event, by))
-        if event.type in RETRYABLE_ENDINGS and not self._proactive:
-            await self.retry.show(after=self._reply.ts)
-        # A turn nobody typed may be delivered again (its firing, twice): keep that it was
-        # shown. Any other turn's state is forgotten: nothing is owed to its thread.
-        done = DeliveryState(done=True) if self._proactive else None
-        await self._renderer.deliveries.keep(self._thread.session_id, self._turn_id, done)
-
-    async def _keep_reply(self, ts: str) -> None:
-        """Keep each new message of the reply as it opens: one too long goes on in the next."""
-        self._opened.append(ts)
-        if self._at_work:  # under the reply's first message, streamed or posted
-            await self.stop.show()
-        await self._keep(opening=False)
-
-    async def _keep_opening(self) -> None:
-        """Keep that a stream is being opened for the reply, before it is."""
-        await self._keep(opening=True)
-
-    async def _keep(self, *, opening: bool) -> None:
-        opened = self._opened
-        state = DeliveryState(
-            reply=opened[0] if opened else None,
-            more=tuple(opened[1:]) if opened else None,
-            since=self._since,
-            opening=opening,
-        )
-        if self._proactive:
-            place = self._reply.thread_ts or self._thread.thread_ts
-            state = dataclasses.replace(state, channel=self._thread.channel, thread_ts=place)
-        deliveries = self._renderer.deliveries
-        async with deliveries.writing:
-            await deliveries.keep(self._thread.session_id, self._turn_id, state)
-
-    def _in_order(self) -> list[str]:
-        return [self._said[index] for index in sorted(self._said)]
+def _reason(exc: Exception) -> Any:
+    return slack_error(exc) if isinstance(exc, SlackApiError) else str(exc)
 
 
 def slack_error(exc: SlackApiError) -> Any:
