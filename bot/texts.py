@@ -18,6 +18,9 @@ then set in the environment or a .env file:
   SLACK_SIGNING_SECRET  (Basic Information) for HTTP events, or
   SLACK_APP_TOKEN       xapp-... (Socket Mode, no public URL needed)
   ANTHROPIC_API_KEY     for Claude (without it, an offline demonstration model answers)
+To install in many workspaces instead of one, set SLACK_CLIENT_ID, SLACK_CLIENT_SECRET
+and SLACK_STATE_SECRET (with SLACK_SIGNING_SECRET) in place of SLACK_BOT_TOKEN, and send
+people to /slack/install.
 """
 
 NO_CONFIG = "No schedules: set BOT_CONFIG to a TOML file with [[schedules]] entries."
