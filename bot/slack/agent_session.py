@@ -16,6 +16,7 @@ indicator nobody can press, and says so with a warning.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from slack_sdk.errors import SlackApiError
@@ -24,13 +25,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.slack.once import AMBIGUOUS
 from bot.slack.task_lines import shortened
 
-__all__ = ["MAX_TITLE", "NO_STOP_WARNING", "NativeSession"]
+__all__ = ["MAX_TITLE", "NO_STOP_WARNING", "SET_WITHIN", "NativeSession"]
 
 logger = logging.getLogger("bot.slack")
 
 MAX_TITLE = 200
 """Slack's limit on a session's title."""
 NO_STOP_WARNING = "missing_agent_session_stopped_event_subscription"
+SET_WITHIN = 2.0
+"""Seconds a status change may take before the reply goes on without it."""
 
 
 class NativeSession:
@@ -78,14 +81,19 @@ class NativeSession:
         if self._thread_ts is None:
             return None
         self._status = status
+        setting = self._client.agents_sessions_setStatus(
+            channel_id=self._channel,
+            thread_ts=self._thread_ts,
+            status=status,
+            title=title,
+            initiator_user_id=self._initiator if title else None,
+        )
         try:
-            answer = await self._client.agents_sessions_setStatus(
-                channel_id=self._channel,
-                thread_ts=self._thread_ts,
-                status=status,
-                title=title,
-                initiator_user_id=self._initiator if title else None,
-            )
+            # bounded: a 429 would have slack_sdk wait out Retry-After, holding the reply back
+            answer = await asyncio.wait_for(setting, SET_WITHIN)
+        except TimeoutError:
+            logger.info("agent session of %s: %s not set in time", self._thread_ts, status)
+            return None
         except SlackApiError as exc:
             logger.debug("no agent session in %s: %s", self._thread_ts, exc.response.get("error"))
             return None

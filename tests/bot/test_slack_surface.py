@@ -11,7 +11,10 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from agent import Cancelled
+from bot.slack import agent_session
 from bot.slack.channel.stopping import STOP_EVENT
 from bot.slack.thread_context import GREETING_EVENT
 from bot.surface_config import AgentSurface
@@ -228,3 +231,20 @@ async def test_slacks_own_stop_cancels_the_turn_for_its_asker_and_not_for_a_stra
     state = bot.slack.agent_surface.session(bot.slack.channel_id, ts)
     assert state is not None
     assert state.history[-1] == "active"  # Slack does not move it itself
+
+
+async def test_a_session_status_slack_is_slow_to_take_never_holds_the_reply_back(
+    bot: Bot, monkeypatch: pytest.MonkeyPatch
+):
+    # a 429 would have slack_sdk wait out Retry-After: the reply goes on without it
+    monkeypatch.setattr(agent_session, "SET_WITHIN", 0.2)
+    bot.slack.slow_down("agents.sessions.setStatus", 30.0)
+    question = "<@U0BOT> hello"
+    ts = bot.slack.post_user_message(bot.slack.channel_id, question)
+
+    await bot.deliver(bot.envelope("app_mention", question, ts))
+
+    assert await bot.replies_in(ts) == ["you said: hello"]
+    # Slack's Stop was not known to be up, so the bot showed its own while it worked
+    posted = bot.slack.calls_to("chat.postMessage")
+    assert [c for c in posted if STOP_EVENT in str(c.params.get("metadata"))]
