@@ -300,11 +300,12 @@ async def test_a_failed_turn_says_why_in_words_and_is_retried_from_the_console(t
         sid = await _selected(page)
         turns = await served.runtime.session("bot", "http:" + sid).turns()
 
-        # read again from the store: the failed turn is marked, and offers no second retry
+        # read again from the store: the failed turn still says why, and offers no second retry
         await page.reload()
         await page.locator(f'#sessions [data-session="{sid}"]').click()
-        note = page.locator(".note.error", has_text="This reply failed.")
+        note = page.locator(".note.error", has_text="could not answer")
         await expect(note).to_have_count(1, timeout=WAIT_MS)
+        await expect(note).to_have_text(said)
         await expect(note.locator("button.retry")).to_have_count(0)
 
     assert [(t.status, t.retry_of) for t in turns] == [

@@ -308,6 +308,12 @@ async def test_a_failed_turn_is_retried_over_the_api_and_a_completed_one_refused
         ("t-1", "failed", None),
         (new_id, "completed", "t-1"),
     ]
+    # why it failed, as its turn.failed said, for a console that reloads to word it
+    assert (described["turns"][0]["error"], described["turns"][0]["phase"]) == (
+        failed["error"],
+        "model",
+    )
+    assert "error" not in described["turns"][1]
 
 
 class Verdict(BaseModel):

@@ -13,9 +13,13 @@ from aiohttp import web
 
 from agent import (
     AgentSession,
+    Cancelled,
+    Failed,
     InboundEvent,
+    Interrupted,
     PolicyAnswerer,
     TurnInput,
+    TurnRecord,
     UnknownTurnError,
     grant_answer,
 )
@@ -138,6 +142,7 @@ async def _describe_session(api: Api, request: web.Request) -> web.Response:
                     "text": record.input.text,
                     "by": record.input.user,
                     "retry_of": record.retry_of,
+                    **_ending(record),
                     "steering": [
                         {"steer_id": s.steer_id, "text": s.text, "by": s.by, "index": s.index}
                         for s in record.steering
@@ -290,3 +295,14 @@ async def _reset(api: Api, request: web.Request) -> web.Response:
 
 def _session(api: Api, request: web.Request) -> AgentSession:
     return api.runtime.session(api.agent, SESSION_PREFIX + request.match_info["session"])
+
+
+def _ending(record: TurnRecord) -> dict[str, str | None]:
+    """Why a turn that did not complete ended, as its events said it (none for the others)."""
+    result = record.result
+    if isinstance(result, Failed):
+        return {"error": result.error, "phase": result.phase}
+    if isinstance(result, Cancelled | Interrupted):
+        ended: dict[str, str | None] = {"reason": result.reason}
+        return ended | ({"detail": result.detail} if isinstance(result, Interrupted) else {})
+    return {}

@@ -247,7 +247,7 @@ function renderHistory(sess, messages) {
     if (!ENDED_TEXT[t.status]) continue;
     const last = [...T.querySelectorAll(`[data-turn="${CSS.escape(t.turn_id)}"]`)].pop();
     if (!last) continue;
-    const note = addNote(ENDED_TEXT[t.status], t.status === 'cancelled' ? '' : 'error', last.nextSibling);
+    const note = addNote(endingText(t.status, t), t.status === 'cancelled' ? '' : 'error', last.nextSibling);
     if (t.status !== 'cancelled' && !retried.has(t.turn_id)) offerRetry(note, t.turn_id);
   }
   const p = sess.pending;
@@ -402,18 +402,18 @@ function onEvent(type, d) {
       break;
     case 'turn.failed':
       finishBubble(tid, null, false);
-      offerRetry(addNote(failureText(d.error, d.phase), 'error'), tid);
+      offerRetry(addNote(endingText('failed', d), 'error'), tid);
       endTurn(tid, 'failed');
       break;
     case 'turn.cancelled':
       finishBubble(tid, null, false);
       markCancelledTools(tid);
-      addNote('Turn cancelled' + (d.reason ? ': ' + d.reason : ''));
+      addNote(endingText('cancelled', d));
       endTurn(tid, 'idle');
       break;
     case 'turn.interrupted':
       finishBubble(tid, null, false);
-      offerRetry(addNote('This reply was interrupted' + (d.detail || INTERRUPTED_WHY[d.reason] ? ': ' + (d.detail || INTERRUPTED_WHY[d.reason]) : '.'), 'error'), tid);
+      offerRetry(addNote(endingText('interrupted', d), 'error'), tid);
       endTurn(tid, 'idle');
       break;
     default: break;  // future types: nothing to show
@@ -703,6 +703,14 @@ function failureText(error, phase) {
   });
   why = why.replace(/[.:\s]+$/, '');
   return why ? `${where}: ${why}.` : `${where}.`;
+}
+
+/** How a turn that did not complete ended, in words: live (its event) or reloaded (its record). */
+function endingText(status, ended) {
+  if (status === 'failed') return ended.error ? failureText(ended.error, ended.phase) : ENDED_TEXT.failed;
+  if (status === 'cancelled') return 'Turn cancelled' + (ended.reason ? ': ' + ended.reason : '');
+  const why = ended.detail || INTERRUPTED_WHY[ended.reason];
+  return why ? `This reply was interrupted: ${why}` : ENDED_TEXT.interrupted;
 }
 
 // A failed or interrupted turn may be asked again: a new turn with the same input.
