@@ -10,11 +10,13 @@ workspace, with its token: the fake answers ``channel_not_found`` to any other.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -23,15 +25,19 @@ import aiohttp
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import Agent, AgentRuntime, SessionStore, SQLiteStore
+from agent import Agent, AgentRuntime, ConfigError, SessionStore, SQLiteStore
 from agent.stores.postgres import PostgresStore
 from agent.testing import ScriptedModel
+from bot.config_file import BotConfig
+from bot.schedules import Schedule, firing_now
 from bot.settings import Settings
 from bot.slack.app import bolt_app
 from bot.slack.channel import SlackChannel
+from bot.slack.firing import fire
 from bot.slack.http import web_app
 from bot.slack.installations import SOURCE, StoreInstallations
 from bot.slack.oauth import SignedStates, oauth_settings
+from bot.slack.run import SlackConnection, schedule_team
 from bot.slack.tools import slack_tools
 from bot.slack.workspaces import Installed
 from tests.bot.slack_harness import SECRET, Bot, PausingModel, answering
@@ -66,8 +72,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 @asynccontextmanager
 async def serving(store: SessionStore) -> AsyncIterator[Served]:
     """The app installed by OAuth: no bot token of its own, one per workspace."""
-    import asyncio
-
     hold, held = asyncio.Event(), asyncio.Event()
     model = PausingModel(ScriptedModel(answering(hold, held)), hold, held)
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
@@ -251,3 +255,31 @@ def test_one_workspace_and_oauth_are_never_mixed_silently():
     )
     assert whole.installs_by_oauth
     assert whole.problems() == []
+
+
+async def test_a_schedule_posts_in_its_own_workspace_as_that_workspaces_bot(
+    store: SessionStore,
+):
+    async with serving(store) as served:
+        bot = served.bot
+        await install(bot, OTHER_TEAM)
+        schedule = Schedule(
+            name="daily", cron="0 9 * * *", channel=OTHER_CHANNEL, prompt="hello", team=OTHER_TEAM
+        )
+        firing = firing_now(schedule, datetime.now(UTC))
+
+        await fire(bot.channel, bot.runtime, OTHER_TEAM, firing)  # returns once it is posted
+
+        [posted] = bot.slack.messages(OTHER_CHANNEL)
+        assert posted.user == OTHER_BOT  # with the other workspace's token: the fake checks
+        assert posted.thread_ts is None  # a turn nobody typed opens its own conversation
+
+
+def test_with_oauth_installs_a_schedule_must_name_its_workspace():
+    config = BotConfig(
+        schedules=(Schedule(name="daily", cron="0 9 * * *", channel="C0OTHER", prompt="p"),)
+    )
+    slack = SlackConnection(AsyncWebClient(), None, Installed(StoreInstallations(), AsyncWebClient))
+
+    with pytest.raises(ConfigError, match="team is needed"):
+        schedule_team(slack, config.schedules[0])
