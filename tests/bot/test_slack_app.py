@@ -108,6 +108,10 @@ async def test_a_direct_message_is_answered_without_a_mention(bot: Bot):
 
     [answer] = await bot.written_replies(ts, channel="D0ALICE")
     assert answer.text == "you said: are you there?"
+    # A top-level DM is answered in its own thread, as Slack's agent messaging
+    # shows a DM: a timeline of threads, each streamed with its status and Stop.
+    assert answer.thread_ts == ts
+    assert [m.ts for m in bot.slack.messages("D0ALICE") if m.thread_ts is None] == [ts]
 
 
 @pytest.mark.parametrize(
