@@ -27,9 +27,10 @@ What the SDK (anthropic 2.14 on httpx2) raises, seen through
 ``client.messages.stream(...)``:
 
 * ``Cut(clean=False)``: ``httpx2.RemoteProtocolError`` ("peer closed connection
-  without sending complete message body (incomplete chunked read)"), raised raw
-  while iterating: the SDK neither wraps it in ``anthropic.APIConnectionError``
-  nor retries it, since the request itself had succeeded. (Without streaming,
+  without sending complete message body (incomplete chunked read)"), raised
+  while iterating and never retried, since the request itself had succeeded.
+  Before 2.17 the SDK raised it raw; since 2.17 it wraps it in
+  ``anthropic.APIConnectionError`` (the cause kept). (Without streaming,
   the body is read inside the SDK's retry loop: ``anthropic.APIConnectionError``,
   retried like any connection error.)
 * ``Cut(clean=True)``: nothing; the stream just ends, ``get_final_message()``
